@@ -1,0 +1,3 @@
+"""Atlas: a Pareto atlas of LLM inference optimizations."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,196 @@
+"""Typed sweep specifications (pydantic v2, extra fields forbidden, frozen) and their YAML loader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from atlas.knobs import Dtype, EngineKind, KVCacheDtype, LoadMode, Quantization
+
+
+class SpecError(ValueError):
+    """A sweep spec that cannot be used; the message is one line naming the file and the field."""
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(Frozen):
+    id: str = Field(description="Name shown in results and reports")
+    source: Literal["embedded", "path", "hub"] = "path"
+    path: str | None = Field(None, description="Local folder or hub id (source=path|hub)")
+    revision: str | None = None
+    max_model_len: int = Field(2048, ge=64)
+    checkpoints: dict[Quantization, str] = Field(
+        default_factory=dict, description="Pre-quantized checkpoint (folder or hub id) per quantization method"
+    )
+
+    @model_validator(mode="after")
+    def _path_given(self) -> ModelSpec:
+        if self.source != "embedded" and not self.path:
+            raise ValueError(f"model.path is required when model.source is {self.source!r}")
+        return self
+
+
+class ServerKnobs(Frozen):
+    """Everything that needs a new engine server when it changes."""
+
+    dtype: Dtype = Dtype.BFLOAT16
+    quantization: Quantization = Quantization.NONE
+    kv_cache_dtype: KVCacheDtype = KVCacheDtype.AUTO
+    max_num_seqs: int = Field(256, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=16)
+    enable_chunked_prefill: bool | None = None
+    enable_prefix_caching: bool = False
+    gpu_memory_utilization: float | None = Field(None, gt=0.0, le=1.0)
+
+    def label(self) -> str:
+        parts = [self.dtype.value, f"w:{self.quantization.value}", f"kv:{self.kv_cache_dtype.value}",
+                 f"seqs:{self.max_num_seqs}"]
+        if self.max_num_batched_tokens is not None:
+            parts.append(f"mbt:{self.max_num_batched_tokens}")
+        if self.enable_chunked_prefill is not None:
+            parts.append("chunked" if self.enable_chunked_prefill else "no-chunk")
+        if self.enable_prefix_caching:
+            parts.append("prefix-cache")
+        return " ".join(parts)
+
+
+class Grid(Frozen):
+    """The cross product of these lists is swept; a missing list means the knob's default."""
+
+    dtype: list[Dtype] = [Dtype.BFLOAT16]
+    quantization: list[Quantization] = [Quantization.NONE]
+    kv_cache_dtype: list[KVCacheDtype] = [KVCacheDtype.AUTO]
+    max_num_seqs: list[int] = [256]
+    max_num_batched_tokens: list[int | None] = [None]
+    enable_chunked_prefill: list[bool | None] = [None]
+    enable_prefix_caching: list[bool] = [False]
+    gpu_memory_utilization: list[float | None] = [None]
+
+    @field_validator("*")
+    @classmethod
+    def _non_empty_unique(cls, v: list) -> list:  # type: ignore[type-arg]
+        if not v:
+            raise ValueError("list must not be empty")
+        if len(set(v)) != len(v):
+            raise ValueError(f"list has repeated values: {v}")
+        return v
+
+
+class LoadShape(Frozen):
+    """How each load point is driven and judged (shared by all levels)."""
+
+    mode: LoadMode = LoadMode.CLOSED
+    burstiness: float = Field(1.0, gt=0.0, description="gamma shape; 1.0 equals Poisson")
+    max_in_flight: int | None = Field(None, ge=1, description="open loop: client cap, queue time recorded")
+    num_requests: int = Field(32, ge=1)
+    prompt_tokens: int = Field(128, ge=1)
+    output_tokens: int = Field(64, ge=1)
+    warmup_requests: int = Field(2, ge=0, description="closed loop: first N requests excluded")
+    warmup_s: float = Field(0.0, ge=0.0, description="open loop: requests scheduled before this are excluded")
+    cooldown_s: float = Field(0.0, ge=0.0, description="open loop: requests scheduled in the last S excluded")
+    min_duration_s: float = Field(1.0, ge=0.0)
+    min_requests: int = Field(8, ge=1)
+    max_error_rate: float = Field(0.05, ge=0.0, le=1.0)
+    request_timeout_s: float = Field(300.0, gt=0.0)
+    prompt_seed: int = 0
+    arrival_seed: int = 1
+    repeats: int = Field(3, ge=1)
+
+
+class LoadSpec(LoadShape):
+    concurrency: list[int] = Field([1], description="closed loop levels")
+    rate_rps: list[float] = Field([], description="open loop levels (requests per second)")
+
+    @model_validator(mode="after")
+    def _levels(self) -> LoadSpec:
+        if self.mode == LoadMode.CLOSED:
+            if not self.concurrency or min(self.concurrency) < 1:
+                raise ValueError("load.concurrency needs at least one level >= 1 in closed mode")
+        elif not self.rate_rps or min(self.rate_rps) <= 0:
+            raise ValueError(f"load.rate_rps needs at least one level > 0 in {self.mode.value} mode")
+        return self
+
+    def shape(self) -> LoadShape:
+        return LoadShape(**self.model_dump(exclude={"concurrency", "rate_rps"}))
+
+
+class LoadPoint(LoadShape):
+    """One load level: a concurrency (closed loop) or an arrival rate (open loop)."""
+
+    concurrency: int | None = None
+    rate_rps: float | None = None
+
+    def label(self) -> str:
+        if self.mode == LoadMode.CLOSED:
+            return f"c={self.concurrency}"
+        return f"{self.mode.value} {self.rate_rps:g} rps"
+
+
+class GateSpec(Frozen):
+    max_accuracy_drop: float = Field(0.10, ge=0.0, le=1.0, description="absolute, vs the baseline")
+    alpha: float = Field(0.05, gt=0.0, lt=1.0, description="McNemar significance for the accuracy drop")
+    max_perplexity_ratio: float = Field(1.25, ge=1.0)
+    max_degenerate_fraction: float = Field(0.5, ge=0.0, le=1.0)
+
+
+class QualitySpec(Frozen):
+    enabled: bool = True
+    sets: list[str] = ["arith", "mc"]
+    jsonl: list[str] = Field([], description="extra local eval files in the same shape")
+    max_items_per_set: int | None = Field(None, ge=1)
+    max_tokens: int = Field(96, ge=1)
+    perplexity: bool = True
+    gate: GateSpec = GateSpec()
+
+
+class SweepSpec(Frozen):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    engine: EngineKind = EngineKind.VLLM
+    gpu: str = "cpu"
+    price_provider: str | None = None
+    model: ModelSpec
+    grid: Grid = Grid()
+    load: LoadSpec = LoadSpec()
+    quality: QualitySpec = QualitySpec()
+    host: str = "127.0.0.1"
+    port: int = Field(8011, ge=1024, le=65535)
+    startup_timeout_s: float = Field(900.0, gt=0)
+    engine_env: dict[str, str] = {}
+    extra_engine_args: list[str] = []
+
+
+def _format_error(path: Path | str, err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{path}: {loc}: {first['msg']}{more}"
+
+
+def parse_spec(data: object, origin: str = "<spec>") -> SweepSpec:
+    if not isinstance(data, dict):
+        raise SpecError(f"{origin}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return SweepSpec.model_validate(data)
+    except ValidationError as e:
+        raise SpecError(_format_error(origin, e)) from None
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise SpecError(f"{p}: cannot read sweep spec: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError(f"{p}: malformed YAML{where}: {getattr(e, 'problem', e)}") from None
+    return parse_spec(data, str(p))

@@ -1,0 +1,1 @@
+"""Inference engines behind one protocol, and preparation of the embedded default model."""

@@ -1,0 +1,60 @@
+"""The Engine protocol every inference engine implements, and the errors it raises."""
+
+from __future__ import annotations
+
+import re
+import socket
+from typing import Protocol, runtime_checkable
+
+
+class EngineError(RuntimeError):
+    """An engine that would not start or died; `reason` is one line, `log_tail` the last log lines."""
+
+    def __init__(self, reason: str, log_tail: list[str] | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.log_tail = log_tail or []
+
+
+@runtime_checkable
+class Engine(Protocol):
+    base_url: str
+    served_model: str
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def alive(self) -> bool: ...
+    def log_tail(self, n: int = 60) -> list[str]: ...
+    def provenance(self) -> dict: ...  # type: ignore[type-arg]
+    def __enter__(self) -> Engine: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+
+# "ValueError: msg", "torch.OutOfMemoryError: msg", possibly behind a logger prefix; not "raise XError(...)".
+_ERROR_LINE = re.compile(r"(?:^|[\s\]])((?:[a-z_]+\.)*[A-Z]\w*(?:Error|Exception)): (\S.*)$|CUDA out of memory.*$")
+_GENERIC = re.compile(r"See root cause above|Engine core initialization failed|^Traceback|"
+                      r"Engine process failed to start|APIServer|core\.py.*raise", re.I)
+
+
+def reason_from_log(lines: list[str], fallback: str) -> str:
+    """The most specific error a server log holds: the first exception line that is not a generic wrapper."""
+    candidates = []
+    for line in lines:
+        m = _ERROR_LINE.search(line)
+        if not m or _GENERIC.search(line):
+            continue
+        text = m.group(0).strip()
+        if "out of memory" in text.lower():
+            return "out of memory: " + text[:300]
+        candidates.append(text[:300])
+    return candidates[0] if candidates else fallback
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True

@@ -1,0 +1,233 @@
+"""Latency and throughput statistics from per-request records, with exact confidence intervals and a
+validity verdict. Pure functions over numpy arrays.
+
+Definitions (docs/metrics.md): TTFT = first token - scheduled send; E2E = last token - scheduled send;
+ITL = gaps between successive streamed content chunks (a chunk carrying k tokens is one gap);
+TPOT = (E2E - TTFT) / (output tokens - 1); queue = actual send - scheduled send.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+from scipy import stats
+
+from atlas.knobs import LoadMode
+from atlas.loadgen import LoadRun, RequestRecord
+
+PERCENTILES = (50, 90, 95, 99)
+CONFIDENCE = 0.95
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PercentileStat(_M):
+    value: float | None
+    ci_low: float | None = None  # None: the exact interval has no bound on that side with this many samples
+    ci_high: float | None = None
+    reason: str | None = None
+
+
+class MetricSummary(_M):
+    n: int
+    mean: float | None
+    p50: PercentileStat
+    p90: PercentileStat
+    p95: PercentileStat
+    p99: PercentileStat
+
+    def pct(self, p: int) -> PercentileStat:
+        return getattr(self, f"p{p}")  # type: ignore[no-any-return]
+
+
+class LoadSummary(_M):
+    n_total: int
+    n_measured: int
+    n_ok: int
+    errors: dict[str, int]
+    error_rate: float
+    duration_s: float
+    ttft_ms: MetricSummary | None
+    tpot_ms: MetricSummary | None
+    itl_ms: MetricSummary | None
+    e2e_ms: MetricSummary | None
+    queue_ms: MetricSummary | None
+    output_tok_s: float | None
+    input_tok_s: float | None
+    requests_s: float | None
+    offered_rate_rps: float | None
+    achieved_rate_rps: float | None
+    mean_output_tokens: float | None
+    valid: bool
+    invalid_reasons: list[str]
+    warnings: list[str]
+
+
+class RepeatStat(_M):
+    n: int
+    mean: float | None
+    ci_low: float | None
+    ci_high: float | None
+    cv: float | None
+    unstable: bool
+
+
+def min_samples_for(p: float) -> int:
+    """A p-th percentile is reported only with at least 1/(1-p) samples (p99: 100)."""
+    return math.ceil(1.0 / (1.0 - p / 100.0) - 1e-9)
+
+
+def percentile_ci(sorted_x: np.ndarray, p: float, confidence: float = CONFIDENCE) -> tuple[float | None, float | None]:
+    """Exact distribution-free interval for the p-th percentile from binomial order statistics: the
+    interval [x_(l), x_(u)] covers the true quantile with probability >= confidence."""
+    n = len(sorted_x)
+    q = p / 100.0
+    alpha = 1.0 - confidence
+    lo_k = int(stats.binom.ppf(alpha / 2, n, q))  # x_(lo_k) is the lower bound, 1-based
+    hi_k = int(stats.binom.ppf(1 - alpha / 2, n, q)) + 1
+    lo = float(sorted_x[lo_k - 1]) if lo_k >= 1 else None
+    hi = float(sorted_x[hi_k - 1]) if hi_k <= n else None
+    return lo, hi
+
+
+def summarize(values: Iterable[float]) -> MetricSummary | None:
+    x = np.sort(np.asarray(list(values), dtype=float))
+    if x.size == 0:
+        return None
+    pcts = {}
+    for p in PERCENTILES:
+        need = min_samples_for(p)
+        if x.size < need:
+            pcts[f"p{p}"] = PercentileStat(value=None, reason=f"needs >= {need} samples, has {x.size}")
+            continue
+        lo, hi = percentile_ci(x, p)
+        pcts[f"p{p}"] = PercentileStat(value=float(np.percentile(x, p)), ci_low=lo, ci_high=hi)
+    return MetricSummary(n=int(x.size), mean=float(x.mean()), **pcts)
+
+
+def ttft_ms(r: RequestRecord) -> float | None:
+    return None if r.first_token_s is None else (r.first_token_s - r.scheduled_s) * 1e3
+
+
+def e2e_ms(r: RequestRecord) -> float | None:
+    return None if r.end_s is None else (r.end_s - r.scheduled_s) * 1e3
+
+
+def itl_ms(r: RequestRecord) -> list[float]:
+    t = r.token_times_s
+    return [(b - a) * 1e3 for a, b in zip(t, t[1:], strict=False)]
+
+
+def tpot_ms(r: RequestRecord) -> float | None:
+    tt, ee = ttft_ms(r), e2e_ms(r)
+    if tt is None or ee is None or r.output_tokens < 2:
+        return None
+    return (ee - tt) / (r.output_tokens - 1)
+
+
+def accounting_error_ms(r: RequestRecord) -> float:
+    """|TTFT + sum(ITL) - E2E| for one request; zero up to float rounding when the record is consistent."""
+    tt, ee = ttft_ms(r), e2e_ms(r)
+    if tt is None or ee is None:
+        return 0.0
+    return abs(tt + sum(itl_ms(r)) - ee)
+
+
+def summarize_load(run: LoadRun) -> LoadSummary:
+    pt = run.point
+    counted = [r for r in run.records if r.phase == "measure"]
+    ok = [r for r in counted if r.status == "ok"]
+    errors = dict(Counter(r.status for r in counted if r.status != "ok"))
+    error_rate = (len(counted) - len(ok)) / len(counted) if counted else 1.0
+    reasons: list[str] = []
+    warnings: list[str] = []
+
+    if ok:
+        start = min(r.scheduled_s for r in counted)
+        end = max(r.end_s for r in ok if r.end_s is not None)
+        duration = max(end - start, 1e-9)
+        out_tokens = sum(r.output_tokens for r in ok)
+        output_tok_s, requests_s = out_tokens / duration, len(ok) / duration
+        prompt_known = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
+        input_tok_s = sum(prompt_known) / duration if len(prompt_known) == len(ok) else None
+        mean_out = out_tokens / len(ok)
+    else:
+        duration, output_tok_s, input_tok_s, requests_s, mean_out = 0.0, None, None, None, None
+    achieved = requests_s if pt.mode != LoadMode.CLOSED else None
+
+    if duration < pt.min_duration_s:
+        reasons.append(f"too short: measured window {duration:.2f} s < {pt.min_duration_s:g} s")
+    if len(ok) < pt.min_requests:
+        reasons.append(f"too few samples: {len(ok)} successful measured requests < {pt.min_requests}")
+    if error_rate > pt.max_error_rate:
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(errors.items()))
+        reasons.append(f"error rate {error_rate:.1%} > {pt.max_error_rate:.0%} ({shown})")
+    if run.offered_rate_rps and achieved is not None and achieved < 0.95 * run.offered_rate_rps:
+        reasons.append(f"oversaturated: achieved {achieved:.2f} rps < 0.95 x offered {run.offered_rate_rps:g} rps")
+
+    mismatched = [r for r in ok if r.usage_output_tokens is not None and r.usage_output_tokens != r.output_tokens]
+    if mismatched:
+        warnings.append(f"{len(mismatched)} requests: tokens counted from the stream differ from the server's usage")
+    off_len = [r for r in ok if not 0.9 * r.requested_tokens <= r.output_tokens <= 1.1 * r.requested_tokens]
+    if off_len:
+        warnings.append(f"{len(off_len)} requests: output length outside 90-110% of the {pt.output_tokens} requested")
+    bad_acc = [r for r in ok if accounting_error_ms(r) > 1.0]
+    if bad_acc:
+        warnings.append(f"{len(bad_acc)} requests: TTFT + sum(ITL) differs from E2E by more than 1 ms")
+
+    def vals(f):  # type: ignore[no-untyped-def]
+        return [v for v in (f(r) for r in ok) if v is not None]
+
+    return LoadSummary(
+        n_total=len(run.records), n_measured=len(counted), n_ok=len(ok), errors=errors, error_rate=error_rate,
+        duration_s=duration,
+        ttft_ms=summarize(vals(ttft_ms)), tpot_ms=summarize(vals(tpot_ms)),
+        itl_ms=summarize(v for r in ok for v in itl_ms(r)), e2e_ms=summarize(vals(e2e_ms)),
+        queue_ms=summarize((r.sent_s - r.scheduled_s) * 1e3 for r in counted if r.sent_s is not None),
+        output_tok_s=output_tok_s, input_tok_s=input_tok_s, requests_s=requests_s, offered_rate_rps=run.offered_rate_rps,
+        achieved_rate_rps=achieved, mean_output_tokens=mean_out,
+        valid=not reasons, invalid_reasons=reasons, warnings=warnings,
+    )
+
+
+def repeat_stat(values: Sequence[float | None], cv_limit: float = 0.10) -> RepeatStat:
+    """Run-level mean with a t confidence interval and the coefficient of variation across repeats."""
+    x = np.asarray([v for v in values if v is not None], dtype=float)
+    if x.size == 0:
+        return RepeatStat(n=0, mean=None, ci_low=None, ci_high=None, cv=None, unstable=False)
+    mean = float(x.mean())
+    if x.size < 2:
+        return RepeatStat(n=1, mean=mean, ci_low=None, ci_high=None, cv=None, unstable=False)
+    sd = float(x.std(ddof=1))
+    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, x.size - 1)) * sd / math.sqrt(x.size)
+    cv = sd / abs(mean) if mean else None
+    return RepeatStat(n=int(x.size), mean=mean, ci_low=mean - half, ci_high=mean + half, cv=cv,
+                      unstable=bool(cv is not None and cv > cv_limit))
+
+
+def pooled_run(runs: Sequence[LoadRun]) -> LoadRun:
+    """All repeats' records as one run (indices kept per repeat) for pooled percentiles."""
+    if not runs:
+        raise ValueError("no load runs to pool")
+    records: list[RequestRecord] = []
+    wall = 0.0
+    for k, run in enumerate(runs):
+        for r in run.records:  # shift each repeat onto its own time range so windows do not overlap
+            shift = wall
+            records.append(RequestRecord(**{**r.to_json(),
+                                            "index": k * 1_000_000 + r.index,
+                                            "scheduled_s": r.scheduled_s + shift,
+                                            "sent_s": None if r.sent_s is None else r.sent_s + shift,
+                                            "first_token_s": None if r.first_token_s is None else r.first_token_s + shift,
+                                            "token_times_s": [t + shift for t in r.token_times_s],
+                                            "end_s": None if r.end_s is None else r.end_s + shift,
+                                            "done_s": None if r.done_s is None else r.done_s + shift}))
+        wall += run.wall_s
+    return LoadRun(point=runs[0].point, records=records, started_at_unix=runs[0].started_at_unix, wall_s=wall,
+                   offered_rate_rps=runs[0].offered_rate_rps)

@@ -1,0 +1,111 @@
+"""Pure, deterministic expansion of a sweep spec into planned and skipped runs."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from atlas.config import LoadPoint, ModelSpec, ServerKnobs, SweepSpec
+from atlas.hardware import GpuSpec
+from atlas.knobs import Dtype, KVCacheDtype, LoadMode, Quantization
+
+
+class RunConfig(BaseModel):
+    """Everything that determines a measurement; its hash is the run id."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    engine: str
+    gpu: str
+    model: ModelSpec
+    server: ServerKnobs
+    load: LoadPoint
+
+    def server_key(self) -> str:
+        return _digest({"engine": self.engine, "gpu": self.gpu, "model": self.model.model_dump(mode="json"),
+                        "server": self.server.model_dump(mode="json")})
+
+    def run_id(self) -> str:
+        return _digest(self.model_dump(mode="json"))
+
+
+class PlannedRun(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["planned"] = "planned"
+    run_id: str
+    config: RunConfig
+
+
+class SkippedRun(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["skipped"] = "skipped"
+    run_id: str
+    config: RunConfig
+    reason: str
+
+
+def _digest(obj: object) -> str:
+    canon = json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+
+def server_grid(spec: SweepSpec) -> list[ServerKnobs]:
+    g = spec.grid
+    combos = itertools.product(g.dtype, g.quantization, g.kv_cache_dtype, g.max_num_seqs,
+                               g.max_num_batched_tokens, g.enable_chunked_prefill, g.enable_prefix_caching,
+                               g.gpu_memory_utilization)
+    return [ServerKnobs(dtype=d, quantization=q, kv_cache_dtype=kv, max_num_seqs=s, max_num_batched_tokens=b,
+                        enable_chunked_prefill=c, enable_prefix_caching=p, gpu_memory_utilization=u)
+            for d, q, kv, s, b, c, p, u in combos]
+
+
+def load_points(spec: SweepSpec) -> list[LoadPoint]:
+    shape = spec.load.shape().model_dump()
+    if spec.load.mode == LoadMode.CLOSED:
+        return [LoadPoint(**shape, concurrency=c) for c in spec.load.concurrency]
+    return [LoadPoint(**shape, rate_rps=r) for r in spec.load.rate_rps]
+
+
+def infeasible_reason(spec: SweepSpec, gpu: GpuSpec, s: ServerKnobs) -> str | None:
+    """Why this server config cannot run on this GPU, or None. Only combinations known to be impossible
+    are refused here; what the engine itself refuses is recorded from the engine as a failed run."""
+    q = s.quantization
+    if q in (Quantization.AWQ, Quantization.GPTQ) and q not in spec.model.checkpoints:
+        return (f"no {q.value.upper()} checkpoint given (model.checkpoints.{q.value}); "
+                f"produce one with `atlas quantize --method {q.value}`")
+    if s.max_num_batched_tokens is not None:
+        if s.max_num_batched_tokens < s.max_num_seqs:
+            return (f"max_num_batched_tokens={s.max_num_batched_tokens} < max_num_seqs={s.max_num_seqs} "
+                    "(vLLM requires at least one token per sequence per step)")
+        if s.enable_chunked_prefill is False and s.max_num_batched_tokens < spec.model.max_model_len:
+            return (f"chunked prefill off needs max_num_batched_tokens >= max_model_len "
+                    f"({s.max_num_batched_tokens} < {spec.model.max_model_len})")
+    if gpu.is_cpu:
+        if s.gpu_memory_utilization is not None:
+            return "gpu_memory_utilization has no meaning on the CPU engine"
+        return None
+    if s.dtype == Dtype.FLOAT32 and q != Quantization.NONE:
+        return f"{q.value} weights need a 16-bit activation dtype, not float32"
+    if q == Quantization.AWQ and s.dtype != Dtype.FLOAT16:
+        return f"vLLM's AWQ kernels support float16 activations only, not {s.dtype.value}"
+    if s.kv_cache_dtype != KVCacheDtype.AUTO and s.dtype == Dtype.FLOAT32:
+        return "fp8 KV cache with a float32 model is not supported by vLLM's GPU attention backends"
+    return None
+
+
+def expand(spec: SweepSpec, gpu: GpuSpec) -> list[PlannedRun | SkippedRun]:
+    """Every (server config x load point) of the spec, in a stable order; same spec, same list."""
+    out: list[PlannedRun | SkippedRun] = []
+    points = load_points(spec)
+    for server in server_grid(spec):
+        reason = infeasible_reason(spec, gpu, server)
+        for lp in points:
+            cfg = RunConfig(engine=spec.engine.value, gpu=gpu.key, model=spec.model, server=server, load=lp)
+            if reason:
+                out.append(SkippedRun(run_id=cfg.run_id(), config=cfg, reason=reason))
+            else:
+                out.append(PlannedRun(run_id=cfg.run_id(), config=cfg))
+    return out

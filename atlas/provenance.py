@@ -1,0 +1,37 @@
+"""Where a measurement came from: Atlas version and git sha, host CPU/GPUs, Python, time."""
+
+from __future__ import annotations
+
+import datetime as dt
+import platform
+import subprocess
+from pathlib import Path
+
+from atlas import __version__
+from atlas.hardware import cpu_model_name, detect_nvidia_gpus
+from atlas.results import Provenance
+
+
+def git_sha() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True,
+                             text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    sha = out.stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                           cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=5)
+    return sha + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def base_provenance(model_id: str, model_path: str | None, model_files: dict, engine_version: str | None,  # type: ignore[type-arg]
+                    sha: str | None) -> Provenance:
+    return Provenance(atlas_version=__version__, git_sha=sha, engine_version=engine_version, model_id=model_id,
+                      model_path=model_path, model_files=model_files, host_cpu=cpu_model_name(),
+                      host_gpus=detect_nvidia_gpus(), python=platform.python_version(), started_at=now_iso())

@@ -1,0 +1,144 @@
+"""Assembles the static report site: index, per-GPU and per-config pages, plotly.js shipped once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import plotly.graph_objects as go
+from jinja2 import Environment, PackageLoader, select_autoescape
+from plotly.offline import get_plotlyjs
+
+from atlas import __version__
+from atlas.frontier import Constraint, Objective, compute_frontier
+from atlas.knobs import DTYPE_FACTS, Dtype
+from atlas.report.figures import pair_scatter, scatter3d, speedup_bars
+from atlas.results import RunResult
+from atlas.table import METRICS, metric_label, results_frame
+
+DEFAULT_OBJECTIVES = [Objective(metric="usd_per_m_output", sense="min"),
+                      Objective(metric="tpot_p50_ms", sense="min"),
+                      Objective(metric="accuracy", sense="max")]
+TABLE_COLUMNS = ["status", "gpu", "engine", "dtype", "quantization", "kv_cache_dtype", "max_num_seqs", "load",
+                 "usd_per_m_output", "output_tok_s", "ttft_p50_ms", "tpot_p50_ms", "e2e_p50_ms", "e2e_p99_ms",
+                 "accuracy", "perplexity", "agreement", "on_frontier", "source", "reason"]
+
+
+def safe_json(obj: object) -> str:
+    """JSON that cannot end a <script> element or open a comment, whatever strings it holds."""
+    text = obj if isinstance(obj, str) else json.dumps(obj, default=str)
+    return (text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def _env() -> Environment:
+    env = Environment(loader=PackageLoader("atlas", "report/templates"), autoescape=select_autoescape(["html"]))
+    env.filters["fmt"] = _fmt
+    env.filters["mlabel"] = metric_label
+    return env
+
+
+def _fmt(v: object, digits: int = 4) -> str:
+    if v is None or (isinstance(v, float) and pd.isna(v)):
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.{digits}g}"
+    return str(v)
+
+
+def speedups(fr: pd.DataFrame) -> pd.DataFrame:
+    """Throughput of each numerics config over the baseline numerics at the same GPU, batching and load."""
+    ok = fr[fr["status"].isin(["ok", "quality_failed", "invalid"]) & fr["output_tok_s"].notna()]
+    sched = ["gpu", "engine", "max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "prefix_caching", "load"]
+    rows = []
+    for gpu, sub in ok.groupby("gpu"):
+        ref = sub[(sub["quantization"] == "none") & (sub["kv_cache_dtype"] == "auto")]
+        if ref.empty:
+            continue
+        base_dtype = max(ref["dtype"].unique(), key=lambda d: DTYPE_FACTS[Dtype(d)].rank)  # as the quality baseline
+        base = ref[ref["dtype"] == base_dtype].set_index(sched, drop=False)
+        for _, r in sub.iterrows():
+            if (r["dtype"], r["quantization"], r["kv_cache_dtype"]) == (base_dtype, "none", "auto"):
+                continue
+            k = tuple(r[c] for c in sched)
+            if k not in base.index:
+                continue
+            b = base.loc[[k]].iloc[0]
+            changed = sum([r["dtype"] != base_dtype, r["quantization"] != "none", r["kv_cache_dtype"] != "auto"])
+            rows.append({"gpu": gpu, "numerics": f"{r['dtype']} · w:{r['quantization']} · kv:{r['kv_cache_dtype']}",
+                         "kind": "combined" if changed > 1 else "single", "load": r["load"],
+                         "max_num_seqs": r["max_num_seqs"], "speedup": r["output_tok_s"] / b["output_tok_s"],
+                         "tpot_ratio": (r["tpot_p50_ms"] / b["tpot_p50_ms"]) if b["tpot_p50_ms"] else None,
+                         "status": r["status"], "baseline": f"{base_dtype} · w:none · kv:auto"})
+    return pd.DataFrame(rows)
+
+
+def best_under_slo(fr: pd.DataFrame, objectives: list[Objective]) -> list[dict]:  # type: ignore[type-arg]
+    out = []
+    cost = objectives[0]
+    for gpu, sub in fr[fr["eligible"]].groupby("gpu"):
+        sub = sub.sort_values(cost.metric, ascending=cost.sense == "min")
+        best = sub.iloc[0]
+        out.append({"gpu": gpu, "label": best["label"], "run_id": best["run_id"],
+                    "values": {o.metric: best[o.metric] for o in objectives}, "n": len(sub)})
+    return out
+
+
+def _fig(fig: go.Figure) -> str:
+    return safe_json(fig.to_json())
+
+
+def build_site(results: list[RunResult], out_dir: Path | str, *, title: str,
+               objectives: list[Objective] | None = None, constraints: list[Constraint] | None = None,
+               load_errors: list[str] | None = None) -> Path:
+    objectives = objectives or DEFAULT_OBJECTIVES
+    out = Path(out_dir)
+    (out / "assets").mkdir(parents=True, exist_ok=True)
+    (out / "configs").mkdir(exist_ok=True)
+    plotly_js = out / "assets" / "plotly.min.js"
+    if not plotly_js.exists() or plotly_js.stat().st_size < 1000:
+        plotly_js.write_text(get_plotlyjs())
+    static = Path(__file__).parent / "templates"
+    (out / "assets" / "atlas.js").write_text((static / "atlas.js").read_text())
+    (out / "assets" / "style.css").write_text((static / "style.css").read_text())
+
+    fr = compute_frontier(results_frame(results), objectives, constraints) if results else pd.DataFrame()
+    env = _env()
+    by_id = {r.run_id: r for r in results}
+    gpus = sorted(fr["gpu"].unique()) if len(fr) else []
+    common = {"title": title, "version": __version__, "objectives": objectives, "constraints": constraints or [],
+              "columns": TABLE_COLUMNS, "gpus": gpus}
+
+    def page(df: pd.DataFrame, name: str, heading: str, prefix: str = "") -> None:
+        figs = []
+        if len(df):
+            pairs = [(objectives[i], objectives[j]) for i in range(len(objectives))
+                     for j in range(i + 1, len(objectives))]
+            figs = [_fig(pair_scatter(df, a, b)) for a, b in pairs]
+            if len(objectives) >= 3:
+                figs.append(_fig(scatter3d(df, objectives)))
+        sp = speedups(df) if len(df) else pd.DataFrame()
+        sp_ok = sp[sp["status"] == "ok"] if len(sp) else sp
+        if len(sp_ok):
+            figs.append(_fig(speedup_bars(sp_ok)))
+        counts = df["status"].value_counts().to_dict() if len(df) else {}
+        rows = df.sort_values(["on_frontier", "status"], ascending=[False, True]).to_dict("records") if len(df) else []
+        html = env.get_template("index.html").render(
+            **common, heading=heading, prefix=prefix, figures=figs, rows=rows, counts=counts,
+            best=best_under_slo(df, objectives) if len(df) else [], speedups=sp.to_dict("records"),
+            load_errors=load_errors or [], n_frontier=int(df["on_frontier"].sum()) if len(df) else 0)
+        (out / name).write_text(html)
+
+    page(fr, "index.html", title)
+    for g in gpus:
+        page(fr[fr["gpu"] == g], f"gpu-{g}.html", f"{title} — {g}")
+    tpl = env.get_template("config.html")
+    for rec in fr.to_dict("records") if len(fr) else []:
+        r = by_id[rec["run_id"]]
+        (out / "configs" / f"{r.run_id}.html").write_text(tpl.render(
+            **common, prefix="../", r=r, row=rec, metrics=METRICS,
+            result_json=r.model_dump_json(indent=1, exclude={"quality": {"items"}})))
+    return out / "index.html"

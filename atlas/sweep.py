@@ -1,0 +1,350 @@
+"""Runs a planned sweep: one engine server per distinct server config, reused across its load points;
+quality once per numerics (dtype x weights x KV cache); every point written as it finishes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from atlas.config import ServerKnobs, SweepSpec
+from atlas.cost import cost_of
+from atlas.engines.base import EngineError, reason_from_log
+from atlas.engines.embedded import prepare_embedded_model
+from atlas.engines.vllm import VllmEngine, vllm_version
+from atlas.evaluate import generate, perplexity
+from atlas.hardware import GpuSpec, check_gpu_present
+from atlas.knobs import DTYPE_FACTS, KVCacheDtype, Quantization
+from atlas.loadgen import LoadRun, run_load
+from atlas.metrics import LoadSummary, pooled_run, repeat_stat, summarize_load
+from atlas.plan import PlannedRun, SkippedRun, expand
+from atlas.provenance import base_provenance, git_sha, now_iso
+from atlas.quality import (
+    QualityError,
+    QualityResult,
+    apply_gate,
+    build_result,
+    compare,
+    load_set,
+    passage,
+    score_outputs,
+)
+from atlas.results import Provenance, ResultStore, RunResult
+
+
+@dataclass
+class SweepEvent:
+    kind: str  # planned | server | point | quality | note
+    done: int
+    total: int
+    message: str
+    status: str | None = None
+
+
+@dataclass
+class SweepReport:
+    results_dir: Path
+    results: list[RunResult] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.results:
+            out[r.status] = out.get(r.status, 0) + 1
+        return out
+
+
+EngineFactory = Callable[[SweepSpec, GpuSpec, ServerKnobs, str, Path], Any]
+
+
+def default_engine(spec: SweepSpec, gpu: GpuSpec, server: ServerKnobs, model_path: str, log_path: Path) -> Any:
+    return VllmEngine(server, model_path, served_name=spec.model.id, host=spec.host, port=spec.port,
+                      max_model_len=spec.model.max_model_len, on_cpu=gpu.is_cpu, log_path=log_path,
+                      startup_timeout_s=spec.startup_timeout_s, env=spec.engine_env,
+                      extra_args=spec.extra_engine_args)
+
+
+def numerics_key(s: ServerKnobs) -> tuple[str, str, str]:
+    """What decides the numbers a model computes; scheduling knobs do not change greedy answers' kernels."""
+    return (s.dtype.value, s.quantization.value, s.kv_cache_dtype.value)
+
+
+def is_reference(s: ServerKnobs) -> bool:
+    return s.quantization == Quantization.NONE and s.kv_cache_dtype == KVCacheDtype.AUTO
+
+
+def order_groups(groups: dict[str, list[PlannedRun]]) -> list[list[PlannedRun]]:
+    """Baseline numerics first (unquantized, KV auto, most precise dtype), then the other numerics in spec
+    order; within one numerics key the server with the most sequences first, since it runs that key's
+    quality eval fastest."""
+    firsts = [(k, g[0].config.server) for k, g in groups.items()]
+    refs = [srv for _, srv in firsts if is_reference(srv)]
+    keys: list[tuple[str, str, str]] = []
+    if refs:
+        keys.append(numerics_key(max(refs, key=lambda srv: DTYPE_FACTS[srv.dtype].rank)))
+    keys += [numerics_key(srv) for _, srv in firsts if numerics_key(srv) not in keys]
+    ordered = sorted(enumerate(firsts), key=lambda e: (keys.index(numerics_key(e[1][1])), -e[1][1].max_num_seqs, e[0]))
+    return [groups[k] for _, (k, _) in ordered]
+
+
+class _MetricsSampler(threading.Thread):
+    """Polls the engine's /metrics while load runs: peak running/waiting/KV usage, preemptions."""
+
+    def __init__(self, engine: Any, every_s: float = 0.5):
+        super().__init__(daemon=True)
+        self.engine, self.every_s = engine, every_s
+        self.stop_flag = threading.Event()
+        self.first: dict[str, float] = {}
+        self.peak: dict[str, float] = {}
+        self.last: dict[str, float] = {}
+
+    def run(self) -> None:
+        while not self.stop_flag.is_set():
+            m = self.engine.scrape_metrics() if hasattr(self.engine, "scrape_metrics") else {}
+            if m:
+                self.first = self.first or m
+                self.last = m
+                for k, v in m.items():
+                    self.peak[k] = max(self.peak.get(k, v), v)
+            self.stop_flag.wait(self.every_s)
+
+    def result(self) -> dict[str, float]:
+        self.stop_flag.set()
+        self.join(timeout=5)
+        out = {f"peak_{k.split(':', 1)[1]}": v for k, v in self.peak.items() if not k.endswith("_total")}
+        for k in ("vllm:num_preemptions_total", "vllm:prefix_cache_hits_total"):
+            if k in self.last:
+                out[k.split(":", 1)[1].removesuffix("_total")] = self.last[k] - self.first.get(k, 0.0)
+        return out
+
+
+class Sweeper:
+    def __init__(self, spec: SweepSpec, gpu: GpuSpec, results_root: Path | str, *, resume: bool = False,
+                 progress: Callable[[SweepEvent], None] | None = None, price_provider: str | None = None,
+                 engine_factory: EngineFactory | None = None, check_hardware: bool = True):
+        self.spec, self.gpu = spec, gpu
+        self.store = ResultStore(results_root, spec.name)
+        self.resume = resume
+        self.progress = progress or (lambda e: None)
+        self.provider = price_provider or spec.price_provider
+        self.engine_factory = engine_factory or default_engine
+        self.check_hardware = check_hardware
+        self.quality_by_key: dict[tuple[str, str, str], QualityResult] = {}
+        self.refused: dict[tuple[str, str, str], tuple[str, str, list[str]]] = {}
+        self.baseline: tuple[str, QualityResult] | None = None
+        self.done = 0
+        self.total = 0
+        self._model: tuple[str, dict] | None = None  # type: ignore[type-arg]
+        self._sha = git_sha()
+
+    # ---------------------------------------------------------------------------------------------------
+    def run(self) -> SweepReport:
+        t0 = time.monotonic()
+        if self.check_hardware:
+            check_gpu_present(self.gpu)
+        items = expand(self.spec, self.gpu)
+        self.total = len(items)
+        report = SweepReport(results_dir=self.store.dir)
+        self.store.dir.mkdir(parents=True, exist_ok=True)
+        (self.store.dir / "sweep-spec.yaml").write_text(yaml.safe_dump(self.spec.model_dump(mode="json"),
+                                                                       sort_keys=False))
+        self._emit("planned", f"{self.total} points planned ({sum(isinstance(i, SkippedRun) for i in items)} skipped)")
+        groups: dict[str, list[PlannedRun]] = {}
+        for item in items:
+            if isinstance(item, SkippedRun):
+                report.results.append(self._write(RunResult(
+                    run_id=item.run_id, sweep=self.spec.name, status="skipped", reasons=[item.reason],
+                    label=self._label(item.config.server, item.config.load.label()), config=item.config)))
+            else:
+                groups.setdefault(item.config.server_key(), []).append(item)
+        for group in order_groups(groups):
+            report.results += self._run_group(group)
+        report.wall_s = time.monotonic() - t0
+        return report
+
+    def _emit(self, kind: str, message: str, status: str | None = None) -> None:
+        self.progress(SweepEvent(kind=kind, done=self.done, total=self.total, message=message, status=status))
+
+    def _label(self, server: ServerKnobs, load_label: str) -> str:
+        return f"{server.label()} | {load_label}"
+
+    def _write(self, result: RunResult, records: list[dict] | None = None) -> RunResult:  # type: ignore[type-arg]
+        self.store.write(result, records)
+        self.done += 1
+        self._emit("point", result.label, result.status)
+        return result
+
+    def _model_path(self, server: ServerKnobs) -> tuple[str, dict]:  # type: ignore[type-arg]
+        m = self.spec.model
+        if m.source == "embedded":
+            if self._model is None:
+                self._emit("note", "preparing the embedded model (first run converts the GGUF, ~1 min)")
+                path, prov = prepare_embedded_model()
+                self._model = (str(path), prov)
+            return self._model
+        ckpt = m.checkpoints.get(server.quantization)
+        return (ckpt or m.path or "", {"checkpoint": ckpt} if ckpt else {})
+
+    # ---------------------------------------------------------------------------------------------------
+    def _run_group(self, group: list[PlannedRun]) -> list[RunResult]:
+        server = group[0].config.server
+        key = numerics_key(server)
+        if self.resume and all(self.store.is_complete(p.run_id, p.config) for p in group):
+            kept = [r for r in (self.store.get(p.run_id) for p in group) if r is not None]
+            if kept and kept[0].quality and key not in self.quality_by_key:
+                self.quality_by_key[key] = kept[0].quality
+                if self.baseline is None and is_reference(server):
+                    self.baseline = (server.label(), kept[0].quality)
+            self.done += len(kept)
+            self._emit("server", f"resume: kept {len(kept)} points of {server.label()}")
+            return kept
+        model_path, model_files = self._model_path(server)
+        prov = base_provenance(self.spec.model.id, model_path, model_files, vllm_version(), self._sha)
+        if key in self.refused:
+            label, reason, tail = self.refused[key]
+            return [self._fail(p, f"{reason} (refused at start-up for {label}; same dtype/weights/KV cache)",
+                               tail, prov) for p in group]
+        self._emit("server", f"starting engine: {server.label()}")
+        log_path = self.store.dir / "logs" / f"{group[0].config.server_key()}.log"
+        engine = self.engine_factory(self.spec, self.gpu, server, model_path, log_path)
+        try:
+            engine.start()
+        except EngineError as e:
+            if "not ready within" not in e.reason and "out of memory" not in e.reason and "port" not in e.reason:
+                self.refused[key] = (server.label(), e.reason, e.log_tail)
+            return [self._fail(p, f"engine failed to start: {e.reason}", e.log_tail, prov) for p in group]
+        try:
+            prov.engine = engine.provenance()
+            quality = self._quality(engine, server)
+            out = []
+            for i, planned in enumerate(group):
+                if not engine.alive():
+                    tail = engine.log_tail(60)
+                    reason = reason_from_log(tail, "engine process died")
+                    out += [self._fail(p, f"engine died during the sweep: {reason}", tail, prov) for p in group[i:]]
+                    break
+                out.append(self._measure(engine, planned, quality, prov))
+            return out
+        finally:
+            engine.stop()
+
+    def _fail(self, planned: PlannedRun, reason: str, tail: list[str], prov: Provenance) -> RunResult:
+        return self._write(RunResult(run_id=planned.run_id, sweep=self.spec.name, status="failed", reasons=[reason],
+                                     label=self._label(planned.config.server, planned.config.load.label()),
+                                     config=planned.config, log_tail=tail[-60:],
+                                     provenance=prov.model_copy(update={"finished_at": now_iso()})))
+
+    def _quality(self, engine: Any, server: ServerKnobs) -> QualityResult | str | None:
+        """The gated quality result for this server's numerics, or a reason it could not be measured."""
+        q = self.spec.quality
+        if not q.enabled:
+            return None
+        key = numerics_key(server)
+        if key in self.quality_by_key:
+            return self.quality_by_key[key]
+        self._emit("quality", f"quality eval: {server.label()}")
+        try:
+            sets = {name: load_set(name)[: q.max_items_per_set] for name in [*q.sets, *q.jsonl]}
+            outputs = generate(engine.base_url, engine.served_model, sets, q.max_tokens,
+                               concurrency=min(server.max_num_seqs, 16))
+            outcomes, scores = score_outputs(sets, outputs)
+            ppl = perplexity(engine.base_url, engine.served_model, passage()) if q.perplexity else None
+        except QualityError as e:
+            return f"quality could not be measured: {e}"
+        result = build_result(outcomes, scores, ppl, server.label())
+        base = None
+        if self.baseline is None and is_reference(server):
+            self.baseline = (server.label(), result)
+        elif self.baseline is not None:
+            base = self.baseline[1]
+            result = result.model_copy(update={"comparison": compare(result, base, self.baseline[0])})
+        result = apply_gate(result, q.gate, base)
+        self.quality_by_key[key] = result
+        return result
+
+    def _measure(self, engine: Any, planned: PlannedRun, quality: QualityResult | str | None,
+                 prov: Provenance) -> RunResult:
+        cfg = planned.config
+        label = self._label(cfg.server, cfg.load.label())
+        if self.resume and self.store.is_complete(planned.run_id, cfg):
+            kept = self.store.get(planned.run_id)
+            assert kept is not None
+            self.done += 1
+            self._emit("point", f"resume: kept {label}", kept.status)
+            return kept
+        self._emit("note", f"measuring {label}")
+        if hasattr(engine, "reset_prefix_cache"):
+            engine.reset_prefix_cache()
+        t0 = time.monotonic()
+        sampler = _MetricsSampler(engine)
+        sampler.start()
+        runs: list[LoadRun] = []
+        try:
+            for k in range(cfg.load.repeats):
+                runs.append(asyncio.run(run_load(engine.base_url, engine.served_model, cfg.load, seed_offset=k)))
+        finally:
+            server_metrics = sampler.result()
+        per_repeat = [summarize_load(r) for r in runs]
+        metrics = _pooled_summary(runs, per_repeat)
+        stats_ = {name: repeat_stat([f(s) for s in per_repeat]) for name, f in _REPEAT_METRICS.items()}
+        unstable = [n for n, s in stats_.items() if s.unstable]
+        if unstable:
+            metrics = metrics.model_copy(update={"warnings": [*metrics.warnings,
+                                                              f"unstable across repeats (CV > 10%): {', '.join(unstable)}"]})
+        status, reasons = "ok", []
+        if not metrics.valid:
+            status, reasons = "invalid", list(metrics.invalid_reasons)
+        qres = quality if isinstance(quality, QualityResult) else None
+        if isinstance(quality, str):
+            status, reasons = "quality_failed", [quality, *reasons]
+        elif qres is not None and not qres.gate_passed:
+            status, reasons = "quality_failed", [*qres.gate_reasons, *reasons]
+        if metrics.n_ok == 0:
+            status = "failed"
+            reasons = [f"every request failed ({', '.join(f'{k}={v}' for k, v in metrics.errors.items())})",
+                       *reasons]
+        records = [{"repeat": k, **rec.to_json()} for k, run in enumerate(runs) for rec in run.records]
+        result = RunResult(run_id=planned.run_id, sweep=self.spec.name, status=status, reasons=reasons, label=label,
+                           config=cfg, metrics=metrics, repeats=per_repeat, repeat_stats=stats_, quality=qres,
+                           cost=cost_of(self.gpu.key, metrics, self.provider), server_metrics=server_metrics,
+                           provenance=prov.model_copy(update={"finished_at": now_iso()}),
+                           wall_s=time.monotonic() - t0,
+                           log_tail=engine.log_tail(40) if status == "failed" else [])
+        return self._write(result, records)
+
+
+def _p50(attr: str) -> Callable[[LoadSummary], float | None]:
+    def get(s: LoadSummary) -> float | None:
+        m = getattr(s, attr)
+        return m.p50.value if m is not None else None
+    return get
+
+
+_REPEAT_METRICS: dict[str, Callable[[LoadSummary], float | None]] = {
+    "output_tok_s": lambda s: s.output_tok_s,
+    "requests_s": lambda s: s.requests_s,
+    "ttft_p50_ms": _p50("ttft_ms"),
+    "tpot_p50_ms": _p50("tpot_ms"),
+    "e2e_p50_ms": _p50("e2e_ms"),
+}
+
+
+def _pooled_summary(runs: list[LoadRun], per_repeat: list[LoadSummary]) -> LoadSummary:
+    """Latency percentiles over all repeats' requests; throughput as the mean of the repeats' throughputs
+    (a pooled window would count the gaps between repeats); valid only when every repeat is."""
+    pooled = summarize_load(pooled_run(runs))
+    means = {}
+    for f in ("output_tok_s", "input_tok_s", "requests_s", "achieved_rate_rps"):
+        vals = [getattr(s, f) for s in per_repeat]
+        means[f] = sum(vals) / len(vals) if vals and all(v is not None for v in vals) else None
+    many = len(per_repeat) > 1
+    reasons = [f"repeat {k + 1}: {r}" if many else r for k, s in enumerate(per_repeat) for r in s.invalid_reasons]
+    warnings = sorted({w for s in per_repeat for w in s.warnings})
+    return pooled.model_copy(update={**means, "invalid_reasons": reasons, "valid": not reasons,
+                                     "warnings": warnings, "duration_s": sum(s.duration_s for s in per_repeat)})

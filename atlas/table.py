@@ -1,0 +1,70 @@
+"""One flat row per RunResult (pandas), with the metric names that objectives and SLOs refer to."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pandas as pd
+
+from atlas.metrics import MetricSummary
+from atlas.results import RunResult
+
+
+def _pct(attr: str, p: int, part: str = "value") -> Callable[[RunResult], float | None]:
+    def get(r: RunResult) -> float | None:
+        m: MetricSummary | None = getattr(r.metrics, attr) if r.metrics else None
+        if m is None:
+            return None
+        stat = m.pct(p)
+        return stat.value if part == "value" else getattr(stat, part)
+    return get
+
+
+def _mean(attr: str) -> Callable[[RunResult], float | None]:
+    def get(r: RunResult) -> float | None:
+        m = getattr(r.metrics, attr) if r.metrics else None
+        return m.mean if m is not None else None
+    return get
+
+
+METRICS: dict[str, tuple[str, str, Callable[[RunResult], float | None]]] = {
+    # name: (label, unit, getter)
+    "usd_per_m_output": ("Cost per 1M output tokens", "$", lambda r: r.cost.usd_per_m_output_tokens if r.cost else None),
+    "output_tok_s": ("Output throughput", "tok/s", lambda r: r.metrics.output_tok_s if r.metrics else None),
+    "requests_s": ("Request throughput", "req/s", lambda r: r.metrics.requests_s if r.metrics else None),
+    "accuracy": ("Task accuracy", "", lambda r: r.quality.accuracy if r.quality else None),
+    "perplexity": ("Perplexity", "", lambda r: r.quality.perplexity if r.quality else None),
+    "agreement": ("Agreement with baseline", "",
+                  lambda r: r.quality.comparison.agreement if r.quality and r.quality.comparison else None),
+    "ttft_mean_ms": ("Mean TTFT", "ms", _mean("ttft_ms")),
+    "tpot_mean_ms": ("Mean TPOT", "ms", _mean("tpot_ms")),
+}
+for _m, _name in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E")):
+    for _p in (50, 90, 95, 99):
+        _base = _m.removesuffix("_ms")
+        METRICS[f"{_base}_p{_p}_ms"] = (f"p{_p} {_name}", "ms", _pct(_m, _p))
+        METRICS[f"{_base}_p{_p}_ms_lo"] = (f"p{_p} {_name} CI low", "ms", _pct(_m, _p, "ci_low"))
+        METRICS[f"{_base}_p{_p}_ms_hi"] = (f"p{_p} {_name} CI high", "ms", _pct(_m, _p, "ci_high"))
+
+
+def metric_label(name: str) -> str:
+    label, unit, _ = METRICS[name]
+    return f"{label} ({unit})" if unit else label
+
+
+def results_frame(results: list[RunResult]) -> pd.DataFrame:
+    rows = []
+    for r in results:
+        s, lp = r.config.server, r.config.load
+        row = {"run_id": r.run_id, "sweep": r.sweep, "source": r.source, "status": r.status,
+               "reason": "; ".join(r.reasons), "label": r.label, "gpu": r.config.gpu, "engine": r.config.engine,
+               "model": r.config.model.id, "dtype": s.dtype.value, "quantization": s.quantization.value,
+               "kv_cache_dtype": s.kv_cache_dtype.value, "max_num_seqs": s.max_num_seqs,
+               "max_num_batched_tokens": s.max_num_batched_tokens, "chunked_prefill": s.enable_chunked_prefill,
+               "prefix_caching": s.enable_prefix_caching, "load": lp.label(), "concurrency": lp.concurrency,
+               "rate_rps": lp.rate_rps, "server": s.label(),
+               "warnings": "; ".join(r.metrics.warnings) if r.metrics else ""}
+        for name, (_, _, get) in METRICS.items():
+            row[name] = get(r)
+        rows.append(row)
+    return pd.DataFrame(rows)
