@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -66,11 +66,11 @@ class Grid(Frozen):
     dtype: list[Dtype] = [Dtype.BFLOAT16]
     quantization: list[Quantization] = [Quantization.NONE]
     kv_cache_dtype: list[KVCacheDtype] = [KVCacheDtype.AUTO]
-    max_num_seqs: list[int] = [256]
-    max_num_batched_tokens: list[int | None] = [None]
+    max_num_seqs: list[Annotated[int, Field(ge=1)]] = [256]
+    max_num_batched_tokens: list[Annotated[int, Field(ge=16)] | None] = [None]
     enable_chunked_prefill: list[bool | None] = [None]
     enable_prefix_caching: list[bool] = [False]
-    gpu_memory_utilization: list[float | None] = [None]
+    gpu_memory_utilization: list[Annotated[float, Field(gt=0.0, le=1.0)] | None] = [None]
 
     @field_validator("*")
     @classmethod
@@ -104,7 +104,7 @@ class LoadShape(Frozen):
 
 
 class LoadSpec(LoadShape):
-    concurrency: list[int] = Field([1], description="closed loop levels")
+    concurrency: list[Annotated[int, Field(ge=1)]] = Field([1], description="closed loop levels")
     rate_rps: list[float] = Field([], description="open loop levels (requests per second)")
 
     @model_validator(mode="after")

@@ -61,6 +61,7 @@ class LoadRun:
     started_at_unix: float
     wall_s: float
     offered_rate_rps: float | None
+    drain_s: float | None = None  # closed loop: when the first stream ran out of work (steady state ends)
 
 
 def make_prompts(n: int, prompt_tokens: int, seed: int) -> list[str]:
@@ -180,8 +181,9 @@ async def run_load(base_url: str, model: str, point: LoadPoint, *, seed_offset: 
     records: list[RequestRecord] = []
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         client = _Client(session, url, model, point, clock)
+        drain = None
         if point.mode == LoadMode.CLOSED:
-            records = await _closed_loop(client, point, prompts, clock)
+            records, drain = await _closed_loop(client, point, prompts, clock)
             offered = None
         else:
             assert point.rate_rps is not None
@@ -189,11 +191,12 @@ async def run_load(base_url: str, model: str, point: LoadPoint, *, seed_offset: 
                                      point.burstiness)
             records = await _open_loop(client, point, prompts, sched, clock)
             offered = point.rate_rps
-    return LoadRun(point=point, records=records, started_at_unix=started, wall_s=clock(), offered_rate_rps=offered)
+    return LoadRun(point=point, records=records, started_at_unix=started, wall_s=clock(), offered_rate_rps=offered,
+                   drain_s=drain)
 
 
 async def _closed_loop(client: _Client, point: LoadPoint, prompts: list[str],
-                       clock: Callable[[], float]) -> list[RequestRecord]:
+                       clock: Callable[[], float]) -> tuple[list[RequestRecord], float]:
     assert point.concurrency is not None
     records: list[RequestRecord] = []
     next_index = 0
@@ -211,14 +214,9 @@ async def _closed_loop(client: _Client, point: LoadPoint, prompts: list[str],
         first_idle.append(clock())
 
     await asyncio.gather(*(worker() for _ in range(point.concurrency)))
-    # Steady state ends when the first stream runs out of work: requests still running then finish at a
-    # lower concurrency than the point claims, so they are tagged cooldown.
-    drain = min(first_idle) if first_idle else float("inf")
-    for rec in records:
-        if rec.phase == "measure" and point.concurrency > 1 and rec.done_s is not None and rec.done_s > drain:
-            rec.phase = "cooldown"
+    # Steady state ends when the first stream runs out of work; throughput is counted up to then.
     records.sort(key=lambda r: r.index)
-    return records
+    return records, min(first_idle)
 
 
 async def _open_loop(client: _Client, point: LoadPoint, prompts: list[str], sched: np.ndarray,

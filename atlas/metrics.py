@@ -147,16 +147,23 @@ def summarize_load(run: LoadRun) -> LoadSummary:
     error_rate = (len(counted) - len(ok)) / len(counted) if counted else 1.0
     reasons: list[str] = []
     warnings: list[str] = []
-
     if ok:
+        # The steady window: from the first measured send to the drain (closed loop: when the first
+        # stream ran out of work) or to the last measured token (open loop). Throughput counts every
+        # token whose arrival falls inside it, whichever request carried it.
         start = min(r.scheduled_s for r in counted)
-        end = max(r.end_s for r in ok if r.end_s is not None)
+        last = max(r.end_s for r in ok if r.end_s is not None)
+        end = run.drain_s if run.drain_s is not None and run.drain_s > start else last
+        if run.drain_s is not None and run.drain_s <= start:
+            warnings.append("no steady state: the first stream ran out of work before the measured window began")
         duration = max(end - start, 1e-9)
-        out_tokens = sum(r.output_tokens for r in ok)
-        output_tok_s, requests_s = out_tokens / duration, len(ok) / duration
-        prompt_known = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
-        input_tok_s = sum(prompt_known) / duration if len(prompt_known) == len(ok) else None
-        mean_out = out_tokens / len(ok)
+        out_tokens = sum(n for r in run.records for t, n in zip(r.token_times_s, r.chunk_tokens, strict=False)
+                         if start <= t <= end)
+        finished = [r for r in ok if r.end_s is not None and r.end_s <= end]
+        output_tok_s, requests_s = out_tokens / duration, len(finished) / duration
+        prompt_known = [r.prompt_tokens for r in finished if r.prompt_tokens is not None]
+        input_tok_s = sum(prompt_known) / duration if len(prompt_known) == len(finished) else None
+        mean_out = sum(r.output_tokens for r in ok) / len(ok)
     else:
         duration, output_tok_s, input_tok_s, requests_s, mean_out = 0.0, None, None, None, None
     achieved = requests_s if pt.mode != LoadMode.CLOSED else None

@@ -1,23 +1,14 @@
-"""vLLM (GPU) / vLLM-CPU engine: builds `vllm serve` argv from the knobs, runs it as a subprocess in its own
-process group, checks readiness with a real completion request, and kills the whole group on stop."""
+"""vLLM (GPU) / vLLM-CPU engine: the server command line from the knobs, and what its log and /metrics say."""
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import signal
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
-from collections import deque
 from importlib import metadata
 from pathlib import Path
 
 from atlas.config import ServerKnobs
-from atlas.engines.base import EngineError, port_is_free, reason_from_log
+from atlas.engines.process import ProcessEngine
 from atlas.knobs import KVCacheDtype, Quantization
 
 
@@ -93,132 +84,19 @@ SCRAPED = ("vllm:num_preemptions_total", "vllm:kv_cache_usage_perc", "vllm:gpu_c
            "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:prefix_cache_hits_total")
 
 
-class VllmEngine:
-    """One `vllm serve` process; use as a context manager."""
+class VllmEngine(ProcessEngine):
+    """`vllm serve` (the OpenAI API server module) for one server config."""
+
+    name = "vllm"
 
     def __init__(self, server: ServerKnobs, model_path: str, *, served_name: str, host: str, port: int,
                  max_model_len: int, on_cpu: bool, log_path: Path, startup_timeout_s: float = 900.0,
                  env: dict[str, str] | None = None, extra_args: list[str] | None = None):
+        argv = build_argv(server, model_path, served_name=served_name, host=host, port=port,
+                          max_model_len=max_model_len, on_cpu=on_cpu, extra=extra_args)
+        super().__init__(argv, served_name=served_name, host=host, port=port, log_path=log_path,
+                         startup_timeout_s=startup_timeout_s, env={"VLLM_SERVER_DEV_MODE": "1", **(env or {})})
         self.server = server
-        self.argv = build_argv(server, model_path, served_name=served_name, host=host, port=port,
-                               max_model_len=max_model_len, on_cpu=on_cpu, extra=extra_args)
-        self.base_url = f"http://{host}:{port}"
-        self.served_model = served_name
-        self.host, self.port = host, port
-        self.log_path = log_path
-        self.startup_timeout_s = startup_timeout_s
-        self.env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", **(env or {})}
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.ready_s: float | None = None
-
-    # lifecycle -------------------------------------------------------------------------------------------
-    def __enter__(self) -> VllmEngine:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def start(self) -> None:
-        if not port_is_free(self.host, self.port):
-            raise EngineError(f"port {self.port} on {self.host} is already in use")
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "wb")
-        t0 = time.monotonic()
-        try:
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=self.env, start_new_session=True)
-        except OSError as e:
-            raise EngineError(f"cannot start {self.argv[0]}: {e.strerror}") from None
-        finally:
-            log.close()
-        try:
-            self._wait_ready(t0)
-        except BaseException:
-            self.stop()
-            raise
-        self.ready_s = time.monotonic() - t0
-
-    def _wait_ready(self, t0: float) -> None:
-        while True:
-            assert self.proc is not None
-            code = self.proc.poll()
-            if code is not None:
-                tail = self.log_tail(200)
-                raise EngineError(reason_from_log(tail, f"vllm serve exited with code {code} before it was ready"),
-                                  tail[-60:])
-            if time.monotonic() - t0 > self.startup_timeout_s:
-                tail = self.log_tail(60)
-                raise EngineError(f"not ready within {self.startup_timeout_s:g} s (hung start-up)", tail)
-            if self._probe():
-                return
-            time.sleep(1.0)
-
-    def _probe(self) -> bool:
-        """Ready means a real one-token completion succeeds, not only that the port answers."""
-        body = json.dumps({"model": self.served_model, "prompt": "Hello", "max_tokens": 1,
-                           "temperature": 0}).encode()
-        req = urllib.request.Request(self.base_url + "/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=30) as r:
-                return r.status == 200 and bool(json.loads(r.read()).get("choices"))
-        except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError, OSError):
-            return False
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        try:
-            pgid = os.getpgid(self.proc.pid)
-        except ProcessLookupError:
-            pgid = None
-        if pgid is not None:
-            for sig, wait_s in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
-                try:
-                    os.killpg(pgid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    self.proc.wait(timeout=wait_s)
-                    # the leader is gone; make sure no worker of its group survives it
-                    os.killpg(pgid, signal.SIGKILL)
-                except ProcessLookupError:
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-                break
-        self.proc.wait(timeout=10)
-        deadline = time.monotonic() + 15
-        while not port_is_free(self.host, self.port) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        self.proc = None
-
-    # observation -----------------------------------------------------------------------------------------
-    def log_tail(self, n: int = 60) -> list[str]:
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return [line.rstrip("\n") for line in deque(f, maxlen=n)]
-        except OSError:
-            return []
-
-    def _get(self, path: str, method: str = "GET") -> str | None:
-        req = urllib.request.Request(self.base_url + path, method=method)
-        try:
-            with urllib.request.urlopen(req, timeout=10) as r:
-                return r.read().decode(errors="replace")
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-            return None
-
-    def scrape_metrics(self) -> dict[str, float]:
-        text = self._get("/metrics")
-        return parse_prometheus(text, SCRAPED) if text else {}
-
-    def reset_prefix_cache(self) -> bool:
-        return self._get("/reset_prefix_cache", method="POST") is not None
 
     def provenance(self) -> dict:  # type: ignore[type-arg]
         with open(self.log_path, errors="replace") as f:

@@ -1,0 +1,179 @@
+"""A mock OpenAI-compatible server on loopback with injected timing and faults, for proving the load
+generator and the quality gate against known ground truth.
+
+Each stream emits its first token `ttft_ms` after the request arrives and then one chunk every `itl_ms`
+on an absolute schedule (no drift). Faults: an HTTP 503 rate, a global stall of `stall_s` seconds when
+request number `stall_at_request` arrives, usage counts off by `usage_delta`, streams cut short, and the
+whole process exiting after `die_after_requests`. Chat answers come from the eval sets: correct
+('oracle'), wrong on a fraction (`degrade`), fast garbage, or empty.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import random
+import time
+from dataclasses import dataclass, fields
+
+from aiohttp import web
+
+from atlas.quality import builtin_sets, load_set
+
+
+@dataclass
+class MockOptions:
+    ttft_ms: float = 20.0
+    itl_ms: float = 10.0
+    tokens_per_chunk: int = 1
+    error_rate: float = 0.0
+    seed: int = 0
+    stall_at_request: int = 0  # 0: never
+    stall_s: float = 0.0
+    usage_delta: int = 0
+    cut_stream_rate: float = 0.0
+    die_after_requests: int = 0  # 0: never
+    answers: str = "oracle"  # oracle | garbage | empty
+    degrade: float = 0.0  # fraction of eval items answered wrongly (oracle mode)
+    logprob: float = -2.0  # per prompt token, for perplexity
+    model: str = "mock"
+
+
+class MockServer:
+    def __init__(self, opts: MockOptions):
+        self.opts = opts
+        self.rng = random.Random(opts.seed)
+        self.count = 0
+        self.paused_until = 0.0
+        self.answers: dict[str, tuple[str, str, list[str] | None]] = {}
+        for name in builtin_sets():
+            for it in load_set(name):
+                self.answers[it.question] = (it.kind, it.answer, it.choices)
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_post("/reset_prefix_cache", self.ok)
+        return app
+
+    async def ok(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": self.opts.model}]})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(text=f"vllm:num_requests_running 0\nvllm:num_preemptions_total 0\n"
+                                 f"atlas_mock_requests_total {self.count}\n")
+
+    def _admit(self) -> web.Response | None:
+        self.count += 1
+        if self.opts.die_after_requests and self.count > self.opts.die_after_requests:
+            os._exit(3)
+        if self.opts.stall_at_request and self.count == self.opts.stall_at_request:
+            self.paused_until = time.perf_counter() + self.opts.stall_s
+        if self.opts.error_rate and self.rng.random() < self.opts.error_rate:
+            return web.json_response({"error": {"message": "overloaded (injected)"}}, status=503)
+        return None
+
+    async def _wait_until(self, t: float) -> float:
+        """Sleep to absolute time t; a stall that covers t moves it to the stall's end. Returns the time
+        the token actually goes out, from which the rest of the stream's schedule continues."""
+        while True:
+            now = time.perf_counter()
+            if self.paused_until > now and t < self.paused_until:
+                t = self.paused_until
+            if t <= now:
+                return t
+            await asyncio.sleep(t - now)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        arrival = time.perf_counter()
+        refused = self._admit()
+        if refused is not None:
+            return refused
+        body = await request.json()
+        n_tokens = int(body.get("max_tokens", 16))
+        prompt = str(body.get("prompt", ""))
+        prompt_tokens = max(1, len(prompt.split()))
+        if body.get("prompt_logprobs") is not None and not body.get("stream"):
+            lp = [None] + [{str(i): {"logprob": self.opts.logprob, "rank": 1}} for i in range(prompt_tokens - 1)]
+            return web.json_response({"choices": [{"index": 0, "text": " x", "prompt_logprobs": lp}],
+                                      "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 1}})
+        if not body.get("stream"):
+            return web.json_response({"choices": [{"index": 0, "text": " tok" * n_tokens}],
+                                      "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n_tokens}})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        cut_at = n_tokens // 2 if self.opts.cut_stream_rate and self.rng.random() < self.opts.cut_stream_rate else -1
+        k = self.opts.tokens_per_chunk
+        t = arrival + self.opts.ttft_ms / 1e3
+        sent = 0
+        while sent < n_tokens:
+            t = await self._wait_until(t)
+            step = min(k, n_tokens - sent)
+            sent += step
+            chunk = {"choices": [{"index": 0, "text": " tok" * step}],
+                     "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": sent}}
+            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            if sent >= cut_at >= 0:
+                request.transport.close()  # type: ignore[union-attr]
+                return resp
+            t += self.opts.itl_ms / 1e3
+        usage = {"choices": [], "usage": {"prompt_tokens": prompt_tokens,
+                                          "completion_tokens": sent + self.opts.usage_delta}}
+        await resp.write(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    def _answer(self, prompt: str) -> str:
+        if self.opts.answers == "empty":
+            return ""
+        if self.opts.answers == "garbage":
+            return "".join(self.rng.choice("\ufffd\x00\x01#@%") for _ in range(40))
+        question = next((q for q in self.answers if q in prompt), None)
+        if question is None:
+            return "I do not know."
+        kind, answer, choices = self.answers[question]
+        h = int(hashlib.sha256(question.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+        if h < self.opts.degrade:  # deterministically wrong on this fraction of items
+            answer = str(int(answer) + 1) if kind == "numeric" else "ABCD"[("ABCD".index(answer) + 1) % len(choices or "ABCD")]
+        return f"Let me think. The result follows.\nAnswer: {answer}"
+
+    async def chat(self, request: web.Request) -> web.Response:
+        refused = self._admit()
+        if refused is not None:
+            return refused
+        body = await request.json()
+        prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+        await asyncio.sleep(self.opts.ttft_ms / 1e3)
+        return web.json_response({"choices": [{"index": 0, "message": {"role": "assistant",
+                                                                       "content": self._answer(prompt)}}],
+                                  "usage": {"prompt_tokens": 10, "completion_tokens": 10}})
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, required=True)
+    for f in fields(MockOptions):
+        ap.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+    ns = vars(ap.parse_args(argv))
+    host, port = ns.pop("host"), ns.pop("port")
+    opts = MockOptions(**ns)
+    try:
+        import uvloop  # the mock must not be the bottleneck it is used to measure
+        uvloop.install()
+    except ImportError:
+        pass
+    web.run_app(MockServer(opts).app(), host=host, port=port, print=None, access_log=None)
+
+
+if __name__ == "__main__":
+    main()

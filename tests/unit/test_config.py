@@ -1,0 +1,70 @@
+import pytest
+
+from atlas.config import SpecError, load_spec, parse_spec
+from atlas.knobs import Dtype, KVCacheDtype
+
+MIN = {"name": "t", "model": {"id": "m", "source": "embedded"}}
+
+
+def test_minimal_spec_has_defaults():
+    s = parse_spec(MIN)
+    assert s.grid.dtype == [Dtype.BFLOAT16]
+    assert s.load.repeats == 3
+    assert s.quality.gate.max_accuracy_drop == 0.10
+
+
+def test_shipped_specs_are_valid():
+    from atlas.hardware import CONFIG_DIR
+
+    for p in sorted(CONFIG_DIR.glob("*.yaml")):
+        if p.name in ("gpus.yaml", "prices.yaml"):
+            continue
+        assert load_spec(p).name
+
+
+def test_unknown_field_is_one_line_naming_it(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text("name: t\nmodel: {id: m, source: embedded}\ngrid: {dtypes: [float32]}\n")
+    with pytest.raises(SpecError) as e:
+        load_spec(p)
+    msg = str(e.value)
+    assert "\n" not in msg and str(p) in msg and "grid.dtypes" in msg
+
+
+def test_bad_enum_names_field_and_value(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text("name: t\nmodel: {id: m, source: embedded}\ngrid: {kv_cache_dtype: [fp4]}\n")
+    with pytest.raises(SpecError, match=r"grid\.kv_cache_dtype\.0"):
+        load_spec(p)
+
+
+def test_malformed_yaml_gives_line(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text("name: t\nmodel: [unclosed\n")
+    with pytest.raises(SpecError, match=r"malformed YAML at line \d+"):
+        load_spec(p)
+
+
+def test_missing_file_and_non_mapping(tmp_path):
+    with pytest.raises(SpecError, match="cannot read"):
+        load_spec(tmp_path / "nope.yaml")
+    with pytest.raises(SpecError, match="expected a mapping"):
+        parse_spec([1, 2])
+
+
+def test_impossible_values_rejected():
+    with pytest.raises(SpecError, match="max_num_seqs"):
+        parse_spec({**MIN, "grid": {"max_num_seqs": [0]}})
+    with pytest.raises(SpecError, match="repeated"):
+        parse_spec({**MIN, "grid": {"dtype": ["float32", "float32"]}})
+    with pytest.raises(SpecError, match="rate_rps"):
+        parse_spec({**MIN, "load": {"mode": "poisson"}})
+    with pytest.raises(SpecError, match="model.path is required"):
+        parse_spec({"name": "t", "model": {"id": "m", "source": "path"}})
+
+
+def test_spec_is_frozen():
+    s = parse_spec(MIN)
+    with pytest.raises(Exception):
+        s.name = "x"  # type: ignore[misc]
+    assert KVCacheDtype("fp8_calibrated")

@@ -1,0 +1,60 @@
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from atlas.config import parse_spec
+from atlas.hardware import get_gpu
+from atlas.plan import PlannedRun, SkippedRun, expand
+
+BASE = {"name": "t", "model": {"id": "m", "source": "path", "path": "/m"}}
+
+
+def test_expand_is_deterministic_and_ids_unique():
+    spec = parse_spec({**BASE, "grid": {"dtype": ["bfloat16", "float16"], "max_num_seqs": [1, 8]},
+                       "load": {"concurrency": [1, 4]}})
+    a, b = expand(spec, get_gpu("h100")), expand(spec, get_gpu("h100"))
+    assert [x.run_id for x in a] == [x.run_id for x in b]
+    assert len({x.run_id for x in a}) == len(a) == 8
+
+
+def test_run_id_ignores_sweep_name_but_not_knobs():
+    s1 = parse_spec({**BASE, "name": "a"})
+    s2 = parse_spec({**BASE, "name": "b"})
+    s3 = parse_spec({**BASE, "grid": {"max_num_seqs": [7]}})
+    g = get_gpu("l4")
+    assert expand(s1, g)[0].run_id == expand(s2, g)[0].run_id != expand(s3, g)[0].run_id
+
+
+def test_infeasible_points_are_skipped_with_reason():
+    spec = parse_spec({**BASE, "grid": {"quantization": ["none", "awq"], "dtype": ["float32", "bfloat16"],
+                                        "kv_cache_dtype": ["auto", "fp8"],
+                                        "max_num_seqs": [64], "max_num_batched_tokens": [32, None]}})
+    items = expand(spec, get_gpu("a100-80"))
+    reasons = {i.reason for i in items if isinstance(i, SkippedRun)}
+    assert any("no AWQ checkpoint" in r for r in reasons)
+    assert any("max_num_batched_tokens=32 < max_num_seqs=64" in r for r in reasons)
+    assert any("float32" in r for r in reasons)
+    assert any(isinstance(i, PlannedRun) for i in items)
+
+
+def test_awq_with_checkpoint_needs_float16_on_gpu():
+    spec = parse_spec({**BASE, "model": {**BASE["model"], "checkpoints": {"awq": "/ckpt"}},
+                       "grid": {"quantization": ["awq"], "dtype": ["bfloat16", "float16"]}})
+    items = expand(spec, get_gpu("h100"))
+    assert [type(i).__name__ for i in items] == ["SkippedRun", "PlannedRun"]
+
+
+def test_cpu_lets_the_engine_decide_fp8_kv():
+    spec = parse_spec({**BASE, "grid": {"dtype": ["float32"], "kv_cache_dtype": ["fp8"]}})
+    assert all(isinstance(i, PlannedRun) for i in expand(spec, get_gpu("cpu")))
+
+
+@settings(max_examples=40, deadline=None)
+@given(dtypes=st.sets(st.sampled_from(["bfloat16", "float16", "float32"]), min_size=1),
+       seqs=st.sets(st.integers(1, 512), min_size=1, max_size=4),
+       conc=st.lists(st.integers(1, 64), min_size=1, max_size=3))
+def test_expand_covers_the_cross_product(dtypes, seqs, conc):
+    spec = parse_spec({**BASE, "grid": {"dtype": sorted(dtypes), "max_num_seqs": sorted(seqs)},
+                       "load": {"concurrency": conc}})
+    items = expand(spec, get_gpu("h100"))
+    assert len(items) == len(dtypes) * len(seqs) * len(conc)
+    assert items == expand(spec, get_gpu("h100"))
