@@ -121,14 +121,15 @@ class ResultStore:
     def path(self, run_id: str) -> Path:
         return self.dir / f"{run_id}.json"
 
-    def write(self, result: RunResult, records: Iterable[dict[str, Any]] | None = None) -> Path:
+    def write(self, result: RunResult, records: Iterable[dict[str, Any]] | None = None) -> RunResult:
+        """Write the records (if any) then the result, each atomically; returns the result as stored."""
         if records is not None:
             name = f"{result.run_id}.records.jsonl.gz"
             lines = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
             _atomic_write_bytes(self.dir / name, gzip.compress(lines.encode(), mtime=0))
             result = result.model_copy(update={"records_file": name})
         _atomic_write_bytes(self.path(result.run_id), result.model_dump_json(indent=1).encode())
-        return self.path(result.run_id)
+        return result
 
     def get(self, run_id: str) -> RunResult | None:
         p = self.path(run_id)

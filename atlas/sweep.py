@@ -175,7 +175,7 @@ class Sweeper:
         return f"{server.label()} | {load_label}"
 
     def _write(self, result: RunResult, records: list[dict] | None = None) -> RunResult:  # type: ignore[type-arg]
-        self.store.write(result, records)
+        result = self.store.write(result, records)
         self.done += 1
         self._emit("point", result.label, result.status)
         return result
@@ -305,7 +305,10 @@ class Sweeper:
             status, reasons = "quality_failed", [quality, *reasons]
         elif qres is not None and not qres.gate_passed:
             status, reasons = "quality_failed", [*qres.gate_reasons, *reasons]
-        if metrics.n_ok == 0:
+        if not engine.alive():
+            reason = reason_from_log(engine.log_tail(200), "engine process exited")
+            status, reasons = "failed", [f"engine died during this point: {reason}", *reasons]
+        elif metrics.n_ok == 0:
             status = "failed"
             reasons = [f"every request failed ({', '.join(f'{k}={v}' for k, v in metrics.errors.items())})",
                        *reasons]

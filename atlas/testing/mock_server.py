@@ -36,7 +36,7 @@ class MockOptions:
     usage_delta: int = 0
     cut_stream_rate: float = 0.0
     die_after_requests: int = 0  # 0: never
-    answers: str = "oracle"  # oracle | garbage | empty
+    answers: str = "oracle"  # oracle | garbage | empty | hostile
     degrade: float = 0.0  # fraction of eval items answered wrongly (oracle mode)
     logprob: float = -2.0  # per prompt token, for perplexity
     model: str = "mock"
@@ -75,6 +75,7 @@ class MockServer:
     def _admit(self) -> web.Response | None:
         self.count += 1
         if self.opts.die_after_requests and self.count > self.opts.die_after_requests:
+            print("RuntimeError: injected crash after", self.opts.die_after_requests, "requests", flush=True)
             os._exit(3)
         if self.opts.stall_at_request and self.count == self.opts.stall_at_request:
             self.paused_until = time.perf_counter() + self.opts.stall_s
@@ -135,6 +136,8 @@ class MockServer:
     def _answer(self, prompt: str) -> str:
         if self.opts.answers == "empty":
             return ""
+        if self.opts.answers == "hostile":  # model output that tries to break out of the report's HTML
+            return "</script><script>window.__atlas_pwned=1</script><img src=x onerror=alert(1)> Answer: 7"
         if self.opts.answers == "garbage":
             return "".join(self.rng.choice("\ufffd\x00\x01#@%") for _ in range(40))
         question = next((q for q in self.answers if q in prompt), None)

@@ -1,0 +1,87 @@
+"""The load generator and metrics against a mock server whose timing and faults are known exactly."""
+
+import asyncio
+import statistics
+
+import pytest
+
+from atlas.config import LoadPoint
+from atlas.knobs import LoadMode
+from atlas.loadgen import run_load
+from atlas.metrics import accounting_error_ms, itl_ms, summarize_load, ttft_ms
+
+
+def closed(c, n, warm, **kw):
+    return LoadPoint(mode=LoadMode.CLOSED, concurrency=c, num_requests=n, warmup_requests=warm, min_requests=4,
+                     min_duration_s=0.1, repeats=1, **kw)
+
+
+def go(url, point):
+    return asyncio.run(run_load(url, "mock", point))
+
+
+@pytest.mark.parametrize("concurrency", [1, 256])
+def test_ttft_and_itl_match_injected_values(mock_server, concurrency):
+    url = mock_server(ttft_ms=60.0, itl_ms=40.0)
+    n = 8 if concurrency == 1 else 256
+    run = go(url, closed(concurrency, n, warm=2 if concurrency == 1 else 256, output_tokens=12))
+    ok = [r for r in run.records if r.phase == "measure" and r.status == "ok"]
+    assert len(ok) == n
+    med_ttft = statistics.median(ttft_ms(r) for r in ok)
+    med_itl = statistics.median(v for r in ok for v in itl_ms(r))
+    assert abs(med_ttft - 60.0) < 1.0, med_ttft
+    assert abs(med_itl - 40.0) < 1.0, med_itl
+    assert max(accounting_error_ms(r) for r in ok) < 1.0
+    assert all(r.output_tokens == 12 == r.usage_output_tokens for r in ok)
+
+
+def test_stall_under_open_loop_shows_in_p99(mock_server):
+    url = mock_server(ttft_ms=10.0, itl_ms=5.0, stall_at_request=60, stall_s=2.0)
+    p = LoadPoint(mode=LoadMode.POISSON, rate_rps=40.0, num_requests=160, output_tokens=8, min_requests=10,
+                  min_duration_s=0.5, repeats=1, arrival_seed=3)
+    s = summarize_load(go(url, p))
+    assert s.n_ok == 160
+    assert s.ttft_ms.p50.value < 100
+    assert s.ttft_ms.p99.value > 1000 and s.e2e_ms.p99.value > 1000
+    assert s.queue_ms.p99.value < 50  # the stall is the server's, not the client's
+
+
+def test_503_rate_makes_the_point_invalid(mock_server):
+    url = mock_server(error_rate=0.3, ttft_ms=5.0, itl_ms=2.0, seed=1)
+    s = summarize_load(go(url, closed(8, 120, warm=0, output_tokens=4)))
+    assert not s.valid
+    assert any(r.startswith("error rate") for r in s.invalid_reasons)
+    assert 0.2 < s.error_rate < 0.4 and set(s.errors) == {"http_503"}
+    assert s.ttft_ms is not None  # the successful requests still have latencies
+
+
+def test_all_failing_gives_null_latencies(mock_server):
+    url = mock_server(error_rate=1.0)
+    s = summarize_load(go(url, closed(4, 12, warm=0)))
+    assert s.n_ok == 0 and s.ttft_ms is None and s.e2e_ms is None and s.output_tok_s is None and not s.valid
+
+
+def test_wrong_usage_and_cut_streams_are_flagged(mock_server):
+    url = mock_server(usage_delta=3, cut_stream_rate=0.25, ttft_ms=5.0, itl_ms=2.0, seed=2)
+    s = summarize_load(go(url, closed(4, 40, warm=0, output_tokens=10)))
+    assert s.errors.get("incomplete_stream", 0) > 0
+    assert any("differ from the server's usage" in w for w in s.warnings)
+
+
+def test_multi_token_chunks_count_tokens_not_chunks(mock_server):
+    url = mock_server(tokens_per_chunk=4, ttft_ms=5.0, itl_ms=10.0)
+    run = go(url, closed(1, 4, warm=0, output_tokens=16))
+    r = run.records[0]
+    assert r.output_tokens == 16 and r.chunk_tokens == [4, 4, 4, 4] and len(itl_ms(r)) == 3
+
+
+def test_open_loop_queueing_counts_from_the_scheduled_time(mock_server):
+    """A client capped at one request in flight against a 10 rps server offered 25 rps: the wait in the
+    client queue must show in TTFT (no coordinated omission) and the point is oversaturated."""
+    url = mock_server(ttft_ms=50.0, itl_ms=10.0)
+    p = LoadPoint(mode=LoadMode.POISSON, rate_rps=25.0, num_requests=30, output_tokens=5, max_in_flight=1,
+                  min_requests=5, min_duration_s=0.1, repeats=1)
+    s = summarize_load(go(url, p))
+    assert s.queue_ms.p50.value > 100
+    assert s.ttft_ms.p50.value > s.queue_ms.p50.value + 40
+    assert any("oversaturated" in r for r in s.invalid_reasons)

@@ -1,0 +1,137 @@
+"""Whole sweeps through the real Sweeper, ResultStore, frontier and report, with mock engines that are real
+HTTP servers in subprocesses: quality gating, engine failures, resume."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from atlas.config import parse_spec
+from atlas.engines.process import ProcessEngine
+from atlas.frontier import compute_frontier
+from atlas.hardware import get_gpu
+from atlas.knobs import KVCacheDtype, Quantization
+from atlas.report.site import DEFAULT_OBJECTIVES, build_site
+from atlas.results import load_results
+from atlas.sweep import Sweeper
+from atlas.table import results_frame
+from atlas.testing.mock_engine import MockEngine, free_port
+from atlas.testing.mock_server import MockOptions
+
+SPEC = {
+    "name": "mock-sweep", "gpu": "cpu",
+    "model": {"id": "mock", "source": "path", "path": "/unused"},
+    "grid": {"dtype": ["float32"], "quantization": ["none", "fp8"], "kv_cache_dtype": ["auto", "fp8"],
+             "max_num_seqs": [8]},
+    "load": {"concurrency": [1, 4], "num_requests": 16, "warmup_requests": 1, "output_tokens": 8,
+             "min_requests": 4, "min_duration_s": 0.05, "repeats": 2},
+    "quality": {"sets": ["arith", "mc"], "max_tokens": 32},
+}
+
+
+def behaviour(server):
+    """Baseline: 80% right. FP8 weights: 5 points worse, a bit faster. Naive FP8 KV: fast garbage."""
+    if server.kv_cache_dtype == KVCacheDtype.FP8:
+        return MockOptions(ttft_ms=5, itl_ms=2, answers="garbage")
+    if server.quantization == Quantization.FP8:
+        return MockOptions(ttft_ms=8, itl_ms=6, degrade=0.25)
+    return MockOptions(ttft_ms=10, itl_ms=10, degrade=0.20)
+
+
+class Factory:
+    def __init__(self, fn):
+        self.fn, self.started = fn, 0
+
+    def __call__(self, spec, gpu, server, model_path, log_path):
+        self.started += 1
+        return self.fn(server, log_path)
+
+
+def mock_factory():
+    return Factory(lambda server, log: MockEngine(behaviour(server), log))
+
+
+def run(tmp_path, factory, spec=SPEC, resume=False):
+    events = []
+    s = parse_spec(spec)
+    report = Sweeper(s, get_gpu("cpu"), tmp_path / "results", resume=resume, engine_factory=factory,
+                     progress=events.append).run()
+    return report, events
+
+
+def test_garbage_is_gated_out_and_degraded_is_kept(tmp_path):
+    report, events = run(tmp_path, mock_factory())
+    by = {(r.config.server.quantization.value, r.config.server.kv_cache_dtype.value, r.config.load.concurrency): r
+          for r in report.results}
+    assert len(report.results) == 8 and events[-1].done == 8
+    base = by[("none", "auto", 4)]
+    assert base.status == "ok" and base.quality.accuracy == pytest.approx(0.8, abs=0.06)
+    fp8w = by[("fp8", "auto", 4)]
+    assert fp8w.status == "ok" and fp8w.quality.gate_passed
+    assert fp8w.quality.comparison.accuracy_delta == pytest.approx(-0.05, abs=0.04)
+    garbage = by[("none", "fp8", 4)]
+    assert garbage.status == "quality_failed" and any("degenerate" in r for r in garbage.reasons)
+    assert garbage.metrics.output_tok_s > base.metrics.output_tok_s  # it *is* faster...
+    fr = compute_frontier(results_frame(report.results), DEFAULT_OBJECTIVES).set_index("run_id")
+    assert not fr.loc[garbage.run_id, "eligible"] and not fr.loc[garbage.run_id, "on_frontier"]  # ...never a win
+    assert fr.loc[fp8w.run_id, "eligible"]
+    assert len(base.repeats) == 2 and base.repeat_stats["output_tok_s"].n == 2
+    assert base.records_file and (report.results_dir / base.records_file).exists()
+    assert base.provenance.atlas_version and base.cost.usd_per_m_output_tokens > 0
+
+
+def test_resume_skips_finished_points_and_remeasures_corrupted(tmp_path):
+    first, _ = run(tmp_path, mock_factory())
+    victim = first.results[0]
+    (first.results_dir / f"{victim.run_id}.json").write_text("{ truncated")
+    f = mock_factory()
+    second, _ = run(tmp_path, f, resume=True)
+    assert f.started == 1  # only the server whose point was corrupted starts again
+    assert {r.run_id for r in second.results} == {r.run_id for r in first.results}
+    results, errors = load_results(tmp_path / "results")
+    assert not errors and len(results) == 8
+
+
+def failing_engine(server, log: Path):
+    argv = [sys.executable, "-c", "import sys; print('ValueError: max_num_seqs 8 is not allowed here'); sys.exit(1)"]
+    return ProcessEngine(argv, served_name="x", host="127.0.0.1", port=free_port(), log_path=log,
+                         startup_timeout_s=20)
+
+
+def test_engine_that_will_not_start_fails_its_points_and_the_sweep_goes_on(tmp_path):
+    calls = []
+
+    def make(server, log):
+        calls.append(server)
+        return failing_engine(server, log) if server.kv_cache_dtype == KVCacheDtype.FP8 else \
+            MockEngine(behaviour(server), log)
+
+    spec = {**SPEC, "grid": {**SPEC["grid"], "quantization": ["none"]}}
+    report, _ = run(tmp_path, Factory(make), spec)
+    failed = [r for r in report.results if r.status == "failed"]
+    assert len(failed) == 2 and all("ValueError: max_num_seqs 8 is not allowed here" in r.reasons[0] for r in failed)
+    assert failed[0].log_tail
+    assert [r.status for r in report.results if r.status != "failed"] == ["ok", "ok"]
+
+
+def test_engine_crash_mid_sweep_is_recorded(tmp_path):
+    spec = {**SPEC, "grid": {**SPEC["grid"], "quantization": ["none"], "kv_cache_dtype": ["auto"]},
+            "quality": {"enabled": False}, "load": {**SPEC["load"], "repeats": 1}}
+    f = Factory(lambda server, log: MockEngine(MockOptions(ttft_ms=5, itl_ms=2, die_after_requests=25), log))
+    report, _ = run(tmp_path, f, spec)
+    statuses = [r.status for r in report.results]
+    assert statuses[-1] == "failed"
+    assert any("injected crash" in r for r in report.results[-1].reasons)
+
+
+def test_report_site_escapes_hostile_model_output(tmp_path):
+    spec = {**SPEC, "grid": {**SPEC["grid"], "quantization": ["none"], "kv_cache_dtype": ["auto"]}}
+    f = Factory(lambda server, log: MockEngine(MockOptions(ttft_ms=5, itl_ms=2, answers="hostile"), log))
+    report, _ = run(tmp_path, f, spec)
+    index = build_site(report.results, tmp_path / "site", title="t")
+    pages = [index.read_text()] + [p.read_text() for p in (tmp_path / "site" / "configs").glob("*.html")]
+    joined = "\n".join(pages)
+    assert "window.__atlas_pwned" in joined  # the output is shown...
+    assert "<script>window.__atlas_pwned" not in joined  # ...as text only
+    assert "&lt;/script&gt;&lt;script&gt;" in joined
+    assert (tmp_path / "site" / "assets" / "plotly.min.js").stat().st_size > 1_000_000
