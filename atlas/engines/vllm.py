@@ -29,7 +29,8 @@ def build_argv(server: ServerKnobs, model_path: str, *, served_name: str, host: 
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path, "--host", host, "--port", str(port),
             "--served-model-name", served_name, "--dtype", server.dtype.value,
             "--max-model-len", str(max_model_len), "--max-num-seqs", str(server.max_num_seqs),
-            "--seed", "0", "--generation-config", "vllm"]
+            "--seed", "0", "--generation-config", "vllm",
+            "--disable-uvicorn-access-log"]  # Atlas polls /metrics twice a second; keep the log for errors
     if server.quantization == Quantization.FP8:
         argv += ["--quantization", "fp8"]  # dynamic FP8 from a 16-bit checkpoint, or an FP8 checkpoint
     # AWQ / GPTQ: model_path is the quantized checkpoint; vLLM reads the method (and picks Marlin) from it.

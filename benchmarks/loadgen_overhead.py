@@ -1,0 +1,79 @@
+"""How much load one client core sustains, and how exact its timing is, against the mock server on the
+other core. Prints: max request rate (1-token answers), max streamed chunk rate, and the TTFT/ITL timing
+error at 256 (and more) concurrent streams.
+
+    .venv/bin/python benchmarks/loadgen_overhead.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+from atlas.config import LoadPoint
+from atlas.knobs import LoadMode
+from atlas.loadgen import run_load
+from atlas.metrics import itl_ms, ttft_ms
+from atlas.testing.mock_engine import MockEngine
+from atlas.testing.mock_server import MockOptions
+
+CORES = sorted(os.sched_getaffinity(0))
+
+
+def point(c: int, n: int, tokens: int, warm: int) -> LoadPoint:
+    return LoadPoint(mode=LoadMode.CLOSED, concurrency=c, num_requests=n, warmup_requests=warm, output_tokens=tokens,
+                     min_requests=1, min_duration_s=0, repeats=1, request_timeout_s=600)
+
+
+def with_mock(opts: MockOptions, fn):  # type: ignore[no-untyped-def]
+    with tempfile.TemporaryDirectory() as d:
+        eng = MockEngine(opts, Path(d) / "mock.log")
+        eng.start()
+        try:
+            if len(CORES) > 1 and eng.proc is not None:
+                os.sched_setaffinity(eng.proc.pid, {CORES[-1]})
+            return fn(eng.base_url)
+        finally:
+            eng.stop()
+
+
+def main() -> None:
+    if len(CORES) > 1:
+        os.sched_setaffinity(0, {CORES[0]})  # the client: one core
+    print(f"client on core {CORES[0]}, mock server on core {CORES[-1]}")
+
+    def rate(url: str) -> None:
+        run = asyncio.run(run_load(url, "mock", point(64, 3000, 1, 64)))
+        ok = [r for r in run.records if r.phase == "measure" and r.status == "ok"]
+        span = max(r.done_s for r in ok) - min(r.scheduled_s for r in ok)
+        print(f"max request rate (1-token streams, 64 in flight): {len(ok) / span:,.0f} req/s")
+
+    with_mock(MockOptions(ttft_ms=0, itl_ms=0), rate)
+
+    def chunks(url: str) -> None:
+        run = asyncio.run(run_load(url, "mock", point(128, 512, 64, 128)))
+        ok = [r for r in run.records if r.phase == "measure" and r.status == "ok"]
+        span = max(r.end_s for r in ok) - min(r.scheduled_s for r in ok)
+        print(f"max streamed chunk rate (128 streams x 64 chunks, zero delay): "
+              f"{sum(len(r.token_times_s) for r in ok) / span:,.0f} chunks/s")
+
+    with_mock(MockOptions(ttft_ms=0, itl_ms=0), chunks)
+
+    for c in (256, 512, 1024):
+        def timing(url: str, c: int = c) -> None:
+            run = asyncio.run(run_load(url, "mock", point(c, c, 20, c)))
+            ok = [r for r in run.records if r.phase == "measure" and r.status == "ok"]
+            t = statistics.median(ttft_ms(r) for r in ok) - 50.0
+            gaps = sorted(v for r in ok for v in itl_ms(r))
+            i50, i99 = gaps[len(gaps) // 2] - 50.0, gaps[int(len(gaps) * 0.99)] - 50.0
+            print(f"{c:5d} streams (TTFT 50 ms, ITL 50 ms injected, {c * 20:,} chunks/s): TTFT error p50 {t:+.2f} ms, "
+                  f"ITL error p50 {i50:+.2f} ms, p99 {i99:+.2f} ms, ok {len(ok)}/{c}")
+
+        with_mock(MockOptions(ttft_ms=50, itl_ms=50), timing)
+
+
+if __name__ == "__main__":
+    main()

