@@ -25,6 +25,10 @@ class ModelSpec(Frozen):
     path: str | None = Field(None, description="Local folder or hub id (source=path|hub)")
     revision: str | None = None
     max_model_len: int = Field(2048, ge=64)
+    params_b: float | None = Field(None, gt=0, description="parameters (billions), for memory-fit screening")
+    num_layers: int | None = Field(None, ge=1)
+    num_kv_heads: int | None = Field(None, ge=1)
+    head_dim: int | None = Field(None, ge=1)
     checkpoints: dict[Quantization, str] = Field(
         default_factory=dict, description="Pre-quantized checkpoint (folder or hub id) per quantization method"
     )

@@ -11,7 +11,15 @@ from pydantic import BaseModel, ConfigDict
 
 from atlas.config import LoadPoint, ModelSpec, ServerKnobs, SweepSpec
 from atlas.hardware import GpuSpec
-from atlas.knobs import Dtype, KVCacheDtype, LoadMode, Quantization
+from atlas.knobs import (
+    DTYPE_FACTS,
+    KV_BYTES_PER_ELEM,
+    QUANT_FACTS,
+    Dtype,
+    KVCacheDtype,
+    LoadMode,
+    Quantization,
+)
 
 
 class RunConfig(BaseModel):
@@ -89,10 +97,30 @@ def infeasible_reason(spec: SweepSpec, gpu: GpuSpec, s: ServerKnobs) -> str | No
         return None
     if s.dtype == Dtype.FLOAT32 and q != Quantization.NONE:
         return f"{q.value} weights need a 16-bit activation dtype, not float32"
-    if q == Quantization.AWQ and s.dtype != Dtype.FLOAT16:
-        return f"vLLM's AWQ kernels support float16 activations only, not {s.dtype.value}"
+    fit = _memory_reason(spec, gpu, s)
+    if fit:
+        return fit
     if s.kv_cache_dtype != KVCacheDtype.AUTO and s.dtype == Dtype.FLOAT32:
         return "fp8 KV cache with a float32 model is not supported by vLLM's GPU attention backends"
+    return None
+
+
+def _memory_reason(spec: SweepSpec, gpu: GpuSpec, s: ServerKnobs) -> str | None:
+    """Weights plus one max-length sequence's KV cache must fit in the memory vLLM may use."""
+    m = spec.model
+    if m.params_b is None:
+        return None
+    dtype_bytes = DTYPE_FACTS[s.dtype].bytes_per_elem
+    per_weight = QUANT_FACTS[s.quantization].bytes_per_weight or dtype_bytes
+    weights_gib = m.params_b * 1e9 * per_weight / 2**30
+    kv_gib = 0.0
+    if m.num_layers and m.num_kv_heads and m.head_dim:
+        kv_elem = KV_BYTES_PER_ELEM[s.kv_cache_dtype] or dtype_bytes
+        kv_gib = 2 * m.num_layers * m.num_kv_heads * m.head_dim * kv_elem * m.max_model_len / 2**30
+    budget = gpu.memory_gib * (s.gpu_memory_utilization or 0.9)
+    if weights_gib + kv_gib > budget:
+        return (f"does not fit: {weights_gib:.1f} GiB of weights + {kv_gib:.2f} GiB KV for one "
+                f"{m.max_model_len}-token sequence > {budget:.1f} GiB usable on {gpu.key}")
     return None
 
 

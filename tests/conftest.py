@@ -1,8 +1,5 @@
 import os
 import shutil
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest

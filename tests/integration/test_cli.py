@@ -43,10 +43,10 @@ def test_schema_prints_json():
 
 
 def test_frontier_builds_report_and_survives_a_corrupted_file(tmp_path):
-    from tests.integration.test_sweep_mock import SPEC, mock_factory
     from atlas.config import parse_spec
     from atlas.hardware import get_gpu
     from atlas.sweep import Sweeper
+    from tests.integration.test_sweep_mock import SPEC, mock_factory
 
     spec = {**SPEC, "grid": {**SPEC["grid"], "quantization": ["none"]}, "load": {**SPEC["load"], "repeats": 1}}
     Sweeper(parse_spec(spec), get_gpu("cpu"), tmp_path / "results", engine_factory=mock_factory()).run()

@@ -1,4 +1,5 @@
 import pytest
+from pydantic import ValidationError
 
 from atlas.config import SpecError, load_spec, parse_spec
 from atlas.knobs import Dtype, KVCacheDtype
@@ -65,6 +66,6 @@ def test_impossible_values_rejected():
 
 def test_spec_is_frozen():
     s = parse_spec(MIN)
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         s.name = "x"  # type: ignore[misc]
     assert KVCacheDtype("fp8_calibrated")

@@ -5,8 +5,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from atlas.frontier import (Constraint, FrontierError, Objective, compute_frontier, hypervolume, non_dominated,
-                            parse_constraint, parse_objective, robust_non_dominated)
+from atlas.frontier import (
+    Constraint,
+    FrontierError,
+    Objective,
+    compute_frontier,
+    hypervolume,
+    non_dominated,
+    parse_constraint,
+    parse_objective,
+    robust_non_dominated,
+)
 
 
 def brute(x):

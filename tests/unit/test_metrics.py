@@ -2,10 +2,17 @@ import numpy as np
 import pytest
 
 from atlas.config import LoadPoint
-from atlas.loadgen import LoadRun, RequestRecord, arrival_schedule
 from atlas.knobs import LoadMode
-from atlas.metrics import (accounting_error_ms, min_samples_for, percentile_ci, repeat_stat, summarize,
-                           summarize_load, tpot_ms)
+from atlas.loadgen import LoadRun, RequestRecord, arrival_schedule
+from atlas.metrics import (
+    accounting_error_ms,
+    min_samples_for,
+    percentile_ci,
+    repeat_stat,
+    summarize,
+    summarize_load,
+    tpot_ms,
+)
 
 
 def rec(i, t0, ttft, itl, n, status="ok", phase="measure"):

@@ -36,11 +36,16 @@ def test_infeasible_points_are_skipped_with_reason():
     assert any(isinstance(i, PlannedRun) for i in items)
 
 
-def test_awq_with_checkpoint_needs_float16_on_gpu():
-    spec = parse_spec({**BASE, "model": {**BASE["model"], "checkpoints": {"awq": "/ckpt"}},
-                       "grid": {"quantization": ["awq"], "dtype": ["bfloat16", "float16"]}})
-    items = expand(spec, get_gpu("h100"))
-    assert [type(i).__name__ for i in items] == ["SkippedRun", "PlannedRun"]
+def test_awq_with_checkpoint_is_planned_and_memory_fit_is_screened():
+    model = {**BASE["model"], "checkpoints": {"awq": "/ckpt"}, "params_b": 7.6, "num_layers": 28,
+             "num_kv_heads": 4, "head_dim": 128, "max_model_len": 32768}
+    spec = parse_spec({**BASE, "model": model, "grid": {"quantization": ["none", "awq"], "dtype": ["bfloat16"]}})
+    assert all(isinstance(i, PlannedRun) for i in expand(spec, get_gpu("h100")))
+    big = parse_spec({**BASE, "model": {**model, "params_b": 70.0}, "grid": {"quantization": ["none", "awq"]}})
+    items = expand(big, get_gpu("l4"))
+    assert isinstance(items[0], SkippedRun) and "does not fit: 130.4 GiB of weights" in items[0].reason
+    assert isinstance(items[1], SkippedRun)  # 70B int4 (36.9 GiB) does not fit a 24 GB L4 either
+    assert isinstance(expand(big, get_gpu("h200"))[1], PlannedRun)
 
 
 def test_cpu_lets_the_engine_decide_fp8_kv():

@@ -1,9 +1,23 @@
 import pytest
 
 from atlas.config import GateSpec
-from atlas.quality import (EvalItem, ItemOutcome, QualityError, apply_gate, build_result, builtin_sets, compare,
-                           degenerate_kind, extract_choice, extract_number, load_set, mcnemar_exact, read_jsonl,
-                           score_outputs, wilson)
+from atlas.quality import (
+    EvalItem,
+    ItemOutcome,
+    QualityError,
+    apply_gate,
+    build_result,
+    builtin_sets,
+    compare,
+    degenerate_kind,
+    extract_choice,
+    extract_number,
+    load_set,
+    mcnemar_exact,
+    read_jsonl,
+    score_outputs,
+    wilson,
+)
 
 
 @pytest.mark.parametrize("text,want", [
