@@ -22,6 +22,9 @@ from atlas.knobs import (
 )
 
 
+DESCRIPTIVE_MODEL_FIELDS = ("params_b", "num_layers", "num_kv_heads", "head_dim")
+
+
 class RunConfig(BaseModel):
     """Everything that determines a measurement; its hash is the run id."""
 
@@ -33,11 +36,14 @@ class RunConfig(BaseModel):
     load: LoadPoint
 
     def server_key(self) -> str:
-        return _digest({"engine": self.engine, "gpu": self.gpu, "model": self.model.model_dump(mode="json"),
+        model = self.model.model_dump(mode="json", exclude=set(DESCRIPTIVE_MODEL_FIELDS))
+        return _digest({"engine": self.engine, "gpu": self.gpu, "model": model,
                         "server": self.server.model_dump(mode="json")})
 
     def run_id(self) -> str:
-        return _digest(self.model_dump(mode="json"))
+        # The model's size fields only describe it (for screening and the simulator); they are left out so
+        # that adding them to a spec does not orphan what was already measured.
+        return _digest(self.model_dump(mode="json", exclude={"model": set(DESCRIPTIVE_MODEL_FIELDS)}))
 
 
 class PlannedRun(BaseModel):

@@ -239,11 +239,13 @@ def score_outputs(sets: dict[str, list[EvalItem]], outputs: dict[str, list[str]]
 
 def build_result(outcomes: list[ItemOutcome], scores: dict[str, SetScore], perplexity: tuple[float, int] | None,
                  evaluated_on: str) -> QualityResult:
-    n = len(outcomes)
-    if n == 0:
+    """Overall accuracy pools every set (external sets such as lm-eval tasks included, by their counts)."""
+    if not outcomes and not scores:
         raise QualityError("no eval items were scored")
-    k = sum(o.correct for o in outcomes)
+    n = sum(sc.n for sc in scores.values())
+    k = sum(sc.correct for sc in scores.values())
     lo, hi = wilson(k, n)
+    items = max(len(outcomes), 1)
     degenerate = [o for o in outcomes if o.degenerate]
     kinds: dict[str, int] = {}
     for o in degenerate:
@@ -251,7 +253,8 @@ def build_result(outcomes: list[ItemOutcome], scores: dict[str, SetScore], perpl
     return QualityResult(
         n=n, correct=k, accuracy=k / n, ci_low=lo, ci_high=hi, sets=scores,
         perplexity=perplexity[0] if perplexity else None, perplexity_tokens=perplexity[1] if perplexity else None,
-        degenerate_fraction=len(degenerate) / n, unextracted_fraction=sum(o.extracted is None for o in outcomes) / n,
+        degenerate_fraction=len(degenerate) / items,
+        unextracted_fraction=sum(o.extracted is None for o in outcomes) / items,
         degenerate_reasons=[f"{v} {kind}" for kind, v in sorted(kinds.items())],
         evaluated_on=evaluated_on, items=outcomes)
 

@@ -21,6 +21,7 @@ from atlas.engines.vllm import VllmEngine, vllm_version
 from atlas.evaluate import generate, perplexity
 from atlas.hardware import GpuSpec, check_gpu_present
 from atlas.knobs import DTYPE_FACTS, KVCacheDtype, Quantization
+from atlas.lm_eval_adapter import is_lm_eval, run_task
 from atlas.loadgen import LoadRun, run_load
 from atlas.metrics import LoadSummary, pooled_run, repeat_stat, summarize_load
 from atlas.plan import PlannedRun, SkippedRun, expand
@@ -250,10 +251,14 @@ class Sweeper:
             return self.quality_by_key[key]
         self._emit("quality", f"quality eval: {server.label()}")
         try:
-            sets = {name: load_set(name)[: q.max_items_per_set] for name in [*q.sets, *q.jsonl]}
+            names = [*q.sets, *q.jsonl]
+            sets = {n: load_set(n)[: q.max_items_per_set] for n in names if not is_lm_eval(n)}
             outputs = generate(engine.base_url, engine.served_model, sets, q.max_tokens,
                                concurrency=min(server.max_num_seqs, 16))
             outcomes, scores = score_outputs(sets, outputs)
+            for n in filter(is_lm_eval, names):
+                scores[n] = run_task(n, engine.base_url, engine.served_model, self._model_path(server)[0] or None,
+                                     q.max_items_per_set, q.max_tokens)
             ppl = perplexity(engine.base_url, engine.served_model, passage()) if q.perplexity else None
         except QualityError as e:
             return f"quality could not be measured: {e}"

@@ -105,3 +105,27 @@ def test_agreement_counts_identical_answers():
     c = compare(b, a, "a")
     assert c.agreement == 0.5 and c.discordant == (1, 1)
     assert isinstance(a.items[0], ItemOutcome)
+
+
+def test_lm_eval_results_become_a_set_score():
+    from atlas.lm_eval_adapter import primary_metric, score_from_results
+
+    res = {"results": {"gsm8k": {"alias": "gsm8k", "exact_match,strict-match": 0.75,
+                                 "exact_match_stderr,strict-match": 0.04, "exact_match,flexible-extract": 0.8}},
+           "n-samples": {"gsm8k": {"original": 1319, "effective": 200}}}
+    sc = score_from_results(res, "gsm8k")
+    assert (sc.n, sc.correct, sc.accuracy) == (200, 150, 0.75) and sc.ci_low < 0.75 < sc.ci_high
+    assert primary_metric({"acc,none": 0.5, "acc_stderr,none": 0.1}) == ("acc,none", 0.5)
+    with pytest.raises(QualityError, match="no results for task"):
+        score_from_results({"results": {}}, "mmlu")
+
+
+def test_lm_eval_missing_is_a_clear_error():
+    import importlib.util
+
+    from atlas.lm_eval_adapter import run_task
+
+    if importlib.util.find_spec("lm_eval") is not None:
+        pytest.skip("lm-eval is installed here")
+    with pytest.raises(QualityError, match="needs lm-eval"):
+        run_task("lm_eval:gsm8k", "http://127.0.0.1:1", "m", None, 10, 32)
