@@ -126,6 +126,63 @@ def report(results_dir: Path = typer.Argument(Path("results")), out: Path = type
     _site(results_dir, out, objective, slo, show=False)
 
 
+@app.command("fit")
+def fit_cmd(results_dir: Path = typer.Argument(Path("results")), name: str = typer.Option(..., help="artifact name"),
+            spec: Path = typer.Option(None, help="spec whose model sizes fill in results that lack them"),
+            out: Path = typer.Option(Path("simulator"), help="folder for <name>.json")) -> None:
+    """Fit the simulator to measured results; prints its leave-one-config-out error per metric."""
+    from atlas.results import load_results
+    from atlas.simulator.features import SimulatorError
+    from atlas.simulator.fit import REPORTED, fit, save
+
+    try:
+        results, errors = load_results(results_dir)
+        model = load_spec(spec).model if spec else None
+        artifact = fit(results, name, model, progress=lambda m: console.print(f"  {m}", highlight=False))
+    except (*USER_ERRORS, SimulatorError) as e:
+        _fail(e)
+    for e in errors:
+        err.print(f"[yellow]warning:[/] {e}", highlight=False, soft_wrap=True)
+    t = Table(title=f"{name}: mean absolute % error (fit / leave-one-config-out)")
+    for c in ["engine", "gpu", "numerics", "points", "configs", *REPORTED]:
+        t.add_column(c)
+
+    def pct(v: float | None) -> str:
+        return "—" if v is None else f"{v * 100:.1f}%"
+
+    for g in artifact.groups:
+        t.add_row(g.engine, g.gpu, "/".join(g.numerics), str(g.n_points), str(g.n_configs),
+                  *[f"{pct(g.fit_mape.get(k))} / {pct(g.loco_mape.get(k))}" for k in REPORTED])
+    console.print(t)
+    console.print(f"artifact: {save(artifact, out / f'{name}.json')}")
+
+
+@app.command()
+def simulate(spec: Path = typer.Option(..., help="sweep spec whose points to predict"),
+             gpu: str = typer.Option(..., help="GPU to predict for"),
+             artifact: Path = typer.Option(..., help="simulator/<name>.json from `atlas fit`"),
+             results: Path = typer.Option(Path("results"), help="measured results; predictions go to <sweep>/simulated/")) -> None:
+    """Predict every point of a spec that was not measured, labelled simulated, with intervals."""
+    from atlas.results import ResultStore, load_results
+    from atlas.simulator.features import SimulatorError
+    from atlas.simulator.fit import load
+    from atlas.simulator.predict import predict_spec
+
+    try:
+        s = load_spec(spec)
+        g = get_gpu(gpu)
+        a = load(artifact)
+        measured = load_results(results / s.name)[0] if (results / s.name).exists() else []
+        predicted = predict_spec(a, s, g, measured, s.price_provider)
+    except (*USER_ERRORS, SimulatorError) as e:
+        _fail(e)
+    store = ResultStore(results / s.name, "simulated")
+    for r in predicted:
+        store.write(r)
+    extrapolated = sum(1 for r in predicted if r.simulation and r.simulation.extrapolated)
+    console.print(f"{len(predicted)} points predicted for {g.key} ({extrapolated} extrapolated) -> {store.dir}")
+
+
 @app.command()
 def validate(spec: Path, gpu: str = typer.Option(None, help="check feasibility on this GPU (default: the spec's)")) -> None:
     """Check a sweep YAML and show how many points it plans and skips."""

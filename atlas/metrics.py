@@ -96,7 +96,7 @@ def percentile_ci(sorted_x: np.ndarray, p: float, confidence: float = CONFIDENCE
     return lo, hi
 
 
-def summarize(values: Iterable[float]) -> MetricSummary | None:
+def summarize(values: Iterable[float], intervals: bool = True) -> MetricSummary | None:
     x = np.sort(np.asarray(list(values), dtype=float))
     if x.size == 0:
         return None
@@ -106,7 +106,7 @@ def summarize(values: Iterable[float]) -> MetricSummary | None:
         if x.size < need:
             pcts[f"p{p}"] = PercentileStat(value=None, reason=f"needs >= {need} samples, has {x.size}")
             continue
-        lo, hi = percentile_ci(x, p)
+        lo, hi = percentile_ci(x, p) if intervals else (None, None)
         pcts[f"p{p}"] = PercentileStat(value=float(np.percentile(x, p)), ci_low=lo, ci_high=hi)
     return MetricSummary(n=int(x.size), mean=float(x.mean()), **pcts)
 
@@ -139,7 +139,9 @@ def accounting_error_ms(r: RequestRecord) -> float:
     return abs(tt + sum(itl_ms(r)) - ee)
 
 
-def summarize_load(run: LoadRun) -> LoadSummary:
+def summarize_load(run: LoadRun, intervals: bool = True) -> LoadSummary:
+    """The summary of one load run; `intervals=False` skips the percentile intervals (the simulator's fit
+    calls this thousands of times and needs only the point values)."""
     pt = run.point
     counted = [r for r in run.records if r.phase == "measure"]
     ok = [r for r in counted if r.status == "ok"]
@@ -194,9 +196,9 @@ def summarize_load(run: LoadRun) -> LoadSummary:
     return LoadSummary(
         n_total=len(run.records), n_measured=len(counted), n_ok=len(ok), errors=errors, error_rate=error_rate,
         duration_s=duration,
-        ttft_ms=summarize(vals(ttft_ms)), tpot_ms=summarize(vals(tpot_ms)),
-        itl_ms=summarize(v for r in ok for v in itl_ms(r)), e2e_ms=summarize(vals(e2e_ms)),
-        queue_ms=summarize((r.sent_s - r.scheduled_s) * 1e3 for r in counted if r.sent_s is not None),
+        ttft_ms=summarize(vals(ttft_ms), intervals), tpot_ms=summarize(vals(tpot_ms), intervals),
+        itl_ms=summarize((v for r in ok for v in itl_ms(r)), intervals), e2e_ms=summarize(vals(e2e_ms), intervals),
+        queue_ms=summarize(((r.sent_s - r.scheduled_s) * 1e3 for r in counted if r.sent_s is not None), intervals),
         output_tok_s=output_tok_s, input_tok_s=input_tok_s, requests_s=requests_s, offered_rate_rps=run.offered_rate_rps,
         achieved_rate_rps=achieved, mean_output_tokens=mean_out,
         valid=not reasons, invalid_reasons=reasons, warnings=warnings,

@@ -21,7 +21,6 @@ from atlas.knobs import (
     Quantization,
 )
 
-
 DESCRIPTIVE_MODEL_FIELDS = ("params_b", "num_layers", "num_kv_heads", "head_dim")
 
 

@@ -52,6 +52,17 @@ class CostResult(_M):
     usd_per_m_total_tokens: float | None
 
 
+class SimulationInfo(_M):
+    """How a simulated point was predicted and how far to trust it."""
+    artifact: str
+    calibrated_on: str  # engine/gpu/numerics of the group whose efficiencies were used
+    extrapolated: bool
+    extrapolation_reasons: list[str]
+    relative_error: dict[str, float]  # half-width of the interval, as a fraction, per metric
+    roofline_tpot_ms: float  # physical lower bound for one decode step at this point's batch
+    quality_from: str | None = None
+
+
 class RunResult(_M):
     schema_version: int = SCHEMA_VERSION
     run_id: str
@@ -71,6 +82,7 @@ class RunResult(_M):
     provenance: Provenance | None = None
     records_file: str | None = None
     wall_s: float | None = Field(None, description="time spent measuring this point")
+    simulation: SimulationInfo | None = None  # source=simulated only
 
 
 def migrate(data: dict[str, Any], origin: str) -> dict[str, Any]:

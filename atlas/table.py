@@ -63,7 +63,8 @@ def results_frame(results: list[RunResult]) -> pd.DataFrame:
                "max_num_batched_tokens": s.max_num_batched_tokens, "chunked_prefill": s.enable_chunked_prefill,
                "prefix_caching": s.enable_prefix_caching, "load": lp.label(), "concurrency": lp.concurrency,
                "rate_rps": lp.rate_rps, "server": s.label(),
-               "warnings": "; ".join(r.metrics.warnings) if r.metrics else ""}
+               "warnings": "; ".join(r.metrics.warnings) if r.metrics else "",
+               "extrapolated": bool(r.simulation.extrapolated) if r.simulation else None}
         for name, (_, _, get) in METRICS.items():
             row[name] = get(r)
         rows.append(row)

@@ -22,7 +22,7 @@ DEFAULT_OBJECTIVES = [Objective(metric="usd_per_m_output", sense="min"),
                       Objective(metric="accuracy", sense="max")]
 TABLE_COLUMNS = ["status", "gpu", "engine", "dtype", "quantization", "kv_cache_dtype", "max_num_seqs", "load",
                  "usd_per_m_output", "output_tok_s", "ttft_p50_ms", "tpot_p50_ms", "e2e_p50_ms", "e2e_p99_ms",
-                 "accuracy", "perplexity", "agreement", "on_frontier", "source", "reason"]
+                 "accuracy", "perplexity", "agreement", "on_frontier", "source", "extrapolated", "reason"]
 
 
 def safe_json(obj: object) -> str:

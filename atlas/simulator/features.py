@@ -1,0 +1,59 @@
+"""The analytic core: what one engine step must move and compute, from the model, numerics and hardware.
+
+step time = overhead + (weight bytes + KV bytes read) / (bandwidth x bw_eff) + 2 x params x tokens / (peak x compute_eff)
+
+Prefill and decode share the formula and differ in their terms: a prefill chunk brings many tokens (compute),
+a decode step one token per sequence over a long context (bytes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from atlas.config import ModelSpec, ServerKnobs
+from atlas.hardware import GpuSpec
+from atlas.knobs import DTYPE_FACTS, KV_BYTES_PER_ELEM, QUANT_FACTS, Quantization
+
+
+class SimulatorError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    weight_bytes: float
+    kv_bytes_per_token: float
+    flops_per_token: float
+    bandwidth_b_s: float
+    peak_flop_s: float
+
+    def roofline_s(self, tokens: int, ctx_tokens: int) -> float:
+        """The physical lower bound of a step: perfect bandwidth and compute, no overhead."""
+        return max((self.weight_bytes + ctx_tokens * self.kv_bytes_per_token) / self.bandwidth_b_s,
+                   self.flops_per_token * tokens / self.peak_flop_s)
+
+
+def step_costs(model: ModelSpec, server: ServerKnobs, gpu: GpuSpec) -> StepCosts:
+    missing = [f for f in ("params_b", "num_layers", "num_kv_heads", "head_dim") if getattr(model, f) is None]
+    if missing:
+        raise SimulatorError(f"model {model.id!r}: the simulator needs {', '.join(missing)} in the spec's model")
+    assert model.params_b and model.num_layers and model.num_kv_heads and model.head_dim
+    act = DTYPE_FACTS[server.dtype].bytes_per_elem
+    per_weight = QUANT_FACTS[server.quantization].bytes_per_weight or act
+    kv_elem = KV_BYTES_PER_ELEM[server.kv_cache_dtype] or act
+    params = model.params_b * 1e9
+    fp8_compute = server.quantization == Quantization.FP8 and gpu.fp8_native and gpu.fp8_tflops
+    peak = (gpu.fp8_tflops if fp8_compute else gpu.bf16_tflops) or gpu.bf16_tflops
+    return StepCosts(weight_bytes=params * per_weight,
+                     kv_bytes_per_token=2 * model.num_layers * model.num_kv_heads * model.head_dim * kv_elem,
+                     flops_per_token=2 * params, bandwidth_b_s=gpu.bandwidth_gb_s * 1e9, peak_flop_s=peak * 1e12)
+
+
+@dataclass(frozen=True)
+class Efficiencies:
+    overhead_s: float  # fixed cost of every step (scheduling, kernel launches, sampling)
+    bw_eff: float  # achieved fraction of peak bandwidth
+    compute_eff: float  # achieved fraction of peak FLOP/s
+
+    def step_s(self, c: StepCosts, tokens: int, ctx_tokens: int) -> float:
+        return (self.overhead_s + (c.weight_bytes + ctx_tokens * c.kv_bytes_per_token) / (c.bandwidth_b_s * self.bw_eff)
+                + c.flops_per_token * tokens / (c.peak_flop_s * self.compute_eff))

@@ -1,0 +1,127 @@
+"""Predictions for the points of a spec that were not measured: each one a RunResult with
+source="simulated", an interval from the calibration's held-out error, and an `extrapolated` flag with the
+reasons whenever it leaves the calibrated envelope (another GPU, other numerics, knobs outside the range)."""
+
+from __future__ import annotations
+
+from atlas.config import SweepSpec
+from atlas.cost import cost_of
+from atlas.hardware import GpuSpec, get_gpu
+from atlas.metrics import LoadSummary, MetricSummary, PercentileStat, summarize_load
+from atlas.plan import PlannedRun, RunConfig, expand
+from atlas.results import RunResult, SimulationInfo
+from atlas.simulator.features import Efficiencies, SimulatorError, step_costs
+from atlas.simulator.fit import CalibrationArtifact, CalibrationGroup
+from atlas.simulator.queue import simulate
+
+EXTRAPOLATION_WIDENING = 2.0  # an extrapolated prediction's interval is this many times the held-out error
+
+
+def _choose(artifact: CalibrationArtifact, cfg: RunConfig) -> tuple[Efficiencies, CalibrationGroup, list[str]]:
+    s = cfg.server
+    numerics = (s.dtype.value, s.quantization.value, s.kv_cache_dtype.value)
+    same_engine = [g for g in artifact.groups if g.engine == cfg.engine]
+    if not same_engine:
+        raise SimulatorError(f"calibration {artifact.name!r} has no fit for engine {cfg.engine!r}")
+    exact = [g for g in same_engine if g.gpu == cfg.gpu and g.numerics == numerics]
+    if exact:
+        return exact[0].efficiencies(), exact[0], []
+    reasons = []
+    pool = [g for g in same_engine if g.gpu == cfg.gpu]
+    if pool:
+        reasons.append(f"numerics {'/'.join(numerics)} not measured on {cfg.gpu}: bytes model with its other fits")
+    else:
+        pool = [g for g in same_engine if g.numerics == numerics] or same_engine
+        kinds = sorted({g.gpu for g in pool})
+        reasons.append(f"{cfg.gpu} not measured: efficiencies transferred from {', '.join(kinds)}")
+        if any(get_gpu(k).is_cpu != get_gpu(cfg.gpu).is_cpu for k in kinds):
+            reasons.append("transfer between a CPU and a GPU: efficiencies are not comparable")
+    n = sum(g.n_points for g in pool)
+    eff = Efficiencies(sum(g.overhead_s * g.n_points for g in pool) / n, sum(g.bw_eff * g.n_points for g in pool) / n,
+                       sum(g.compute_eff * g.n_points for g in pool) / n)
+    return eff, max(pool, key=lambda g: g.n_points), reasons
+
+
+def _envelope_reasons(group: CalibrationGroup, cfg: RunConfig) -> list[str]:
+    out = []
+    checks = {"max_num_seqs": cfg.server.max_num_seqs, "prompt_tokens": cfg.load.prompt_tokens,
+              "output_tokens": cfg.load.output_tokens, "concurrency": cfg.load.concurrency,
+              "rate_rps": cfg.load.rate_rps}
+    for k, v in checks.items():
+        if v is None:
+            continue
+        lo, hi = group.envelope.get(k, [None, None])
+        if lo is None:
+            out.append(f"{k}={v:g}: the calibration measured no {k}")
+        elif not lo <= v <= hi:
+            out.append(f"{k}={v:g} outside the calibrated range {lo:g}-{hi:g}")
+    return out
+
+
+def _widen(m: MetricSummary | None, err: float) -> MetricSummary | None:
+    if m is None:
+        return None
+
+    def w(p: PercentileStat) -> PercentileStat:
+        if p.value is None:
+            return p
+        return PercentileStat(value=p.value, ci_low=p.value * (1 - err), ci_high=p.value * (1 + err),
+                              reason="simulated: interval from held-out error")
+    return m.model_copy(update={f"p{q}": w(m.pct(q)) for q in (50, 90, 95, 99)})
+
+
+def predict_config(artifact: CalibrationArtifact, cfg: RunConfig, run_id: str, sweep: str,
+                   price_provider: str | None = None) -> RunResult:
+    eff, group, reasons = _choose(artifact, cfg)
+    reasons += _envelope_reasons(group, cfg)
+    model = cfg.model if cfg.model.params_b is not None else group.model.model_copy(update={"id": cfg.model.id})
+    costs = step_costs(model, cfg.server, get_gpu(cfg.gpu))
+    summary: LoadSummary = summarize_load(simulate(costs, eff, cfg.server, cfg.load,
+                                                   max_model_len=cfg.model.max_model_len))
+    widen = EXTRAPOLATION_WIDENING if reasons else 1.0
+    errors = {k: min(0.95, (v if v is not None else 0.25) * widen)
+              for k, v in (group.loco_mape if group.n_configs > 1 else group.fit_mape).items()}
+    if any("not comparable" in r for r in reasons):
+        errors = {k: max(v, 0.5) for k, v in errors.items()}  # a CPU fit says little about a GPU
+    lat = errors.get("tpot_p50_ms", 0.25)
+    summary = summary.model_copy(update={n: _widen(getattr(summary, n), lat)
+                                         for n in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")})
+    batch = min(cfg.server.max_num_seqs, cfg.load.concurrency or cfg.server.max_num_seqs)
+    bound_ms = costs.roofline_s(batch, batch * (cfg.load.prompt_tokens + cfg.load.output_tokens // 2)) * 1e3
+    tpot = summary.tpot_ms.p50.value if summary.tpot_ms else None
+    if tpot is not None and tpot < bound_ms * 0.999:
+        raise SimulatorError(f"prediction {tpot:.3g} ms beats the roofline bound {bound_ms:.3g} ms (a bug)")
+    info = SimulationInfo(artifact=artifact.name, calibrated_on=f"{group.engine}/{group.gpu}/{'/'.join(group.numerics)}",
+                          extrapolated=bool(reasons), extrapolation_reasons=reasons, relative_error=errors,
+                          roofline_tpot_ms=bound_ms)
+    label = f"{cfg.server.label()} | {cfg.load.label()}"
+    return RunResult(run_id=run_id, sweep=sweep, source="simulated", status="ok",
+                     reasons=[f"simulated ({'extrapolated: ' + '; '.join(reasons) if reasons else 'calibrated'})"],
+                     label=label, config=cfg, metrics=summary, cost=cost_of(cfg.gpu, summary, price_provider),
+                     simulation=info)
+
+
+def predict_spec(artifact: CalibrationArtifact, spec: SweepSpec, gpu: GpuSpec, measured: list[RunResult],
+                 price_provider: str | None = None) -> list[RunResult]:
+    """Every planned point of `spec` on `gpu` that has no measured result; quality (a property of numerics,
+    not of batching) is carried over from a measured point with the same GPU and numerics when there is one."""
+    done = {r.run_id for r in measured if r.source == "measured" and r.status != "skipped"}
+    quality = {}
+    for r in measured:
+        if r.quality is not None and r.status in ("ok", "quality_failed"):
+            s = r.config.server
+            quality.setdefault((r.config.gpu, s.dtype, s.quantization, s.kv_cache_dtype), r)
+    out = []
+    for item in expand(spec, gpu):
+        if not isinstance(item, PlannedRun) or item.run_id in done:
+            continue
+        res = predict_config(artifact, item.config, item.run_id, spec.name, price_provider)
+        s = item.config.server
+        src = quality.get((gpu.key, s.dtype, s.quantization, s.kv_cache_dtype))
+        if src is not None and src.quality is not None:
+            assert res.simulation is not None
+            res = res.model_copy(update={
+                "quality": src.quality, "status": "ok" if src.quality.gate_passed else "quality_failed",
+                "simulation": res.simulation.model_copy(update={"quality_from": src.label})})
+        out.append(res)
+    return out
