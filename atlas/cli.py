@@ -113,7 +113,7 @@ def _site(results_dir: Path, out: Path, objectives: list[str], slo: list[str], s
 @app.command()
 def frontier(results_dir: Path = typer.Argument(Path("results")),
              out: Path = typer.Option(Path("reports"), help="report root; one site per sweep"),
-             objective: list[str] = typer.Option([], help="METRIC:min|max, repeatable; default cost, p50 TPOT, accuracy"),
+             objective: list[str] = typer.Option([], help="METRIC:min|max, repeatable; default cost, p90 E2E, accuracy"),
              slo: list[str] = typer.Option([], help="METRIC<=V or METRIC>=V, repeatable, e.g. ttft_p99_ms<=500")) -> None:
     """Compute the Pareto frontier of measured results and write the HTML report."""
     _site(results_dir, out, objective, slo, show=True)

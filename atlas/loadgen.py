@@ -64,6 +64,16 @@ class LoadRun:
     drain_s: float | None = None  # closed loop: when the first stream ran out of work (steady state ends)
 
 
+def run_sync(coro):  # type: ignore[no-untyped-def]
+    """Run a load coroutine to completion on uvloop where installed: its faster I/O path halves the
+    client's own share of measured latency (0.6 vs 1.0 ms of TTFT at 256 streams, benchmarks/)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
 def make_prompts(n: int, prompt_tokens: int, seed: int) -> list[str]:
     rng = np.random.default_rng(seed)
     words = np.array(_WORDS)
@@ -97,8 +107,11 @@ class _Client:
                 "min_tokens": rec.requested_tokens, "ignore_eos": True, "temperature": 0.0, "stream": True,
                 "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
         rec.sent_s = self.clock()
+        # X-Atlas-Sent: the send time on the host's monotonic clock; real servers ignore it, the mock server
+        # in atlas.testing counts its injected delays from it.
+        headers = {"X-Atlas-Sent": repr(time.perf_counter())}
         try:
-            async with self.session.post(self.url, json=body) as resp:
+            async with self.session.post(self.url, json=body, headers=headers) as resp:
                 if resp.status != 200:
                     rec.status = f"http_{resp.status}"
                     rec.error = (await resp.text())[:300]
@@ -243,7 +256,7 @@ async def _open_loop(client: _Client, point: LoadPoint, prompts: list[str], sche
     for rec, prompt in zip(records, prompts, strict=True):
         delay = rec.scheduled_s - clock()
         if delay > 0:
-            await asyncio.sleep(delay)
+            await asyncio.sleep(delay)  # lateness here is counted: latency runs from the schedule
         tasks.append(asyncio.create_task(fire(rec, prompt)))
     await asyncio.gather(*tasks)
     return records

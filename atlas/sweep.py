@@ -3,7 +3,6 @@ quality once per numerics (dtype x weights x KV cache); every point written as i
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from atlas.evaluate import generate, perplexity
 from atlas.hardware import GpuSpec, check_gpu_present
 from atlas.knobs import DTYPE_FACTS, KVCacheDtype, Quantization
 from atlas.lm_eval_adapter import is_lm_eval, run_task
-from atlas.loadgen import LoadRun, run_load
+from atlas.loadgen import LoadRun, run_load, run_sync
 from atlas.metrics import LoadSummary, pooled_run, repeat_stat, summarize_load
 from atlas.plan import PlannedRun, SkippedRun, expand
 from atlas.provenance import base_provenance, git_sha, now_iso
@@ -292,7 +291,7 @@ class Sweeper:
         runs: list[LoadRun] = []
         try:
             for k in range(cfg.load.repeats):
-                runs.append(asyncio.run(run_load(engine.base_url, engine.served_model, cfg.load, seed_offset=k)))
+                runs.append(run_sync(run_load(engine.base_url, engine.served_model, cfg.load, seed_offset=k)))
         finally:
             server_metrics = sampler.result()
         per_repeat = [summarize_load(r) for r in runs]

@@ -7,7 +7,6 @@ error at 256 (and more) concurrent streams.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import statistics
 import tempfile
@@ -15,7 +14,7 @@ from pathlib import Path
 
 from atlas.config import LoadPoint
 from atlas.knobs import LoadMode
-from atlas.loadgen import run_load
+from atlas.loadgen import run_load, run_sync
 from atlas.metrics import itl_ms, ttft_ms
 from atlas.testing.mock_engine import MockEngine
 from atlas.testing.mock_server import MockOptions
@@ -46,7 +45,7 @@ def main() -> None:
     print(f"client on core {CORES[0]}, mock server on core {CORES[-1]}")
 
     def rate(url: str) -> None:
-        run = asyncio.run(run_load(url, "mock", point(64, 3000, 1, 64)))
+        run = run_sync(run_load(url, "mock", point(64, 3000, 1, 64)))
         ok = [r for r in run.records if r.phase == "measure" and r.status == "ok"]
         span = max(r.done_s for r in ok) - min(r.scheduled_s for r in ok)
         print(f"max request rate (1-token streams, 64 in flight): {len(ok) / span:,.0f} req/s")
@@ -54,7 +53,7 @@ def main() -> None:
     with_mock(MockOptions(ttft_ms=0, itl_ms=0), rate)
 
     def chunks(url: str) -> None:
-        run = asyncio.run(run_load(url, "mock", point(128, 512, 64, 128)))
+        run = run_sync(run_load(url, "mock", point(128, 512, 64, 128)))
         ok = [r for r in run.records if r.phase == "measure" and r.status == "ok"]
         span = max(r.end_s for r in ok) - min(r.scheduled_s for r in ok)
         print(f"max streamed chunk rate (128 streams x 64 chunks, zero delay): "
@@ -64,7 +63,7 @@ def main() -> None:
 
     for c in (256, 512, 1024):
         def timing(url: str, c: int = c) -> None:
-            run = asyncio.run(run_load(url, "mock", point(c, c, 20, c)))
+            run = run_sync(run_load(url, "mock", point(c, c, 20, c)))
             ok = [r for r in run.records if r.phase == "measure" and r.status == "ok"]
             t = statistics.median(ttft_ms(r) for r in ok) - 50.0
             gaps = sorted(v for r in ok for v in itl_ms(r))

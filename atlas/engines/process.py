@@ -81,7 +81,7 @@ class ProcessEngine:
         body = json.dumps({"model": self.served_model, "prompt": "Hello", "max_tokens": 1,
                            "temperature": 0}).encode()
         req = urllib.request.Request(self.base_url + "/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", "X-Atlas-Probe": "1"})
         try:
             with urllib.request.urlopen(req, timeout=30) as r:
                 return r.status == 200 and bool(json.loads(r.read()).get("choices"))

@@ -72,7 +72,9 @@ class MockServer:
         return web.Response(text=f"vllm:num_requests_running 0\nvllm:num_preemptions_total 0\n"
                                  f"atlas_mock_requests_total {self.count}\n")
 
-    def _admit(self) -> web.Response | None:
+    def _admit(self, request: web.Request) -> web.Response | None:
+        if request.headers.get("X-Atlas-Probe"):
+            return None  # readiness probes are never counted or faulted
         self.count += 1
         if self.opts.die_after_requests and self.count > self.opts.die_after_requests:
             print("RuntimeError: injected crash after", self.opts.die_after_requests, "requests", flush=True)
@@ -85,18 +87,27 @@ class MockServer:
 
     async def _wait_until(self, t: float) -> float:
         """Sleep to absolute time t; a stall that covers t moves it to the stall's end. Returns the time
-        the token actually goes out, from which the rest of the stream's schedule continues."""
+        the token actually goes out, from which the rest of the stream's schedule continues. The event
+        loop's timers are coarse (epoll waits whole milliseconds), so the last 2 ms are yielded away
+        instead of slept."""
         while True:
             now = time.perf_counter()
             if self.paused_until > now and t < self.paused_until:
                 t = self.paused_until
             if t <= now:
                 return t
-            await asyncio.sleep(t - now)
+            await asyncio.sleep(t - now - 0.002 if t - now > 0.002 else 0)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
+        # The client may say when it sent the request (X-Atlas-Sent: its time.perf_counter(), the host's
+        # monotonic clock, shared by processes on one machine); the injected TTFT then counts from there, so
+        # it is what the client should observe and the rest is the client's own timing error.
         arrival = time.perf_counter()
-        refused = self._admit()
+        try:
+            arrival = min(arrival, float(request.headers.get("X-Atlas-Sent", arrival)))
+        except ValueError:
+            pass
+        refused = self._admit(request)
         if refused is not None:
             return refused
         body = await request.json()
@@ -120,8 +131,10 @@ class MockServer:
             t = await self._wait_until(t)
             step = min(k, n_tokens - sent)
             sent += step
+            # atlas_mock: when the request arrived and this chunk left, on the shared monotonic clock
             chunk = {"choices": [{"index": 0, "text": " tok" * step}],
-                     "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": sent}}
+                     "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": sent},
+                     "atlas_mock": {"arrival": arrival, "emit": time.perf_counter()}}
             await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
             if sent >= cut_at >= 0:
                 request.transport.close()  # type: ignore[union-attr]
@@ -150,7 +163,7 @@ class MockServer:
         return f"Let me think. The result follows.\nAnswer: {answer}"
 
     async def chat(self, request: web.Request) -> web.Response:
-        refused = self._admit()
+        refused = self._admit(request)
         if refused is not None:
             return refused
         body = await request.json()
@@ -170,11 +183,8 @@ def main(argv: list[str] | None = None) -> None:
     ns = vars(ap.parse_args(argv))
     host, port = ns.pop("host"), ns.pop("port")
     opts = MockOptions(**ns)
-    try:
-        import uvloop  # the mock must not be the bottleneck it is used to measure
-        uvloop.install()
-    except ImportError:
-        pass
+    # The default event loop, not uvloop: uvloop's timers have millisecond granularity, which would add up
+    # to a millisecond of error to every injected delay.
     web.run_app(MockServer(opts).app(), host=host, port=port, print=None, access_log=None)
 
 

@@ -1,13 +1,12 @@
 """The load generator and metrics against a mock server whose timing and faults are known exactly."""
 
-import asyncio
 import statistics
 
 import pytest
 
 from atlas.config import LoadPoint
 from atlas.knobs import LoadMode
-from atlas.loadgen import run_load
+from atlas.loadgen import run_load, run_sync
 from atlas.metrics import accounting_error_ms, itl_ms, summarize_load, ttft_ms
 
 
@@ -17,22 +16,34 @@ def closed(c, n, warm, **kw):
 
 
 def go(url, point):
-    return asyncio.run(run_load(url, "mock", point))
+    return run_sync(run_load(url, "mock", point))
 
 
-@pytest.mark.parametrize("concurrency", [1, 256])
-def test_ttft_and_itl_match_injected_values(mock_server, concurrency):
+def _in_flight_at(run, t):
+    return sum(1 for r in run.records if r.sent_s is not None and r.sent_s <= t <= (r.done_s or 0))
+
+
+@pytest.mark.parametrize("streams", [1, 256])
+def test_ttft_and_itl_match_injected_values(mock_server, streams):
+    """At 1 stream a closed loop; at 256 concurrent streams an open loop whose Poisson arrivals keep about
+    256 streams in flight without lock-step (a closed loop of 256 re-sends all at once, so every chunk
+    arrives in one burst and the test would measure the burst, not the client)."""
     url = mock_server(ttft_ms=60.0, itl_ms=40.0)
-    n = 8 if concurrency == 1 else 256
-    run = go(url, closed(concurrency, n, warm=2 if concurrency == 1 else 256, output_tokens=12))
+    if streams == 1:
+        run = go(url, closed(1, 8, warm=2, output_tokens=48))
+    else:  # each stream lasts 60 + 47 x 40 = 1.94 s: 132 arrivals/s keep 256 in flight
+        run = go(url, LoadPoint(mode=LoadMode.POISSON, rate_rps=132.0, num_requests=520, output_tokens=48,
+                                warmup_s=1.5, cooldown_s=0.5, min_requests=4, min_duration_s=0.1, repeats=1))
+        mid = [r.scheduled_s for r in run.records if r.phase == "measure"]
+        assert 200 <= _in_flight_at(run, sorted(mid)[len(mid) // 2]) <= 320
     ok = [r for r in run.records if r.phase == "measure" and r.status == "ok"]
-    assert len(ok) == n
+    assert len(ok) == len([r for r in run.records if r.phase == "measure"]) > 0
     med_ttft = statistics.median(ttft_ms(r) for r in ok)
     med_itl = statistics.median(v for r in ok for v in itl_ms(r))
     assert abs(med_ttft - 60.0) < 1.0, med_ttft
     assert abs(med_itl - 40.0) < 1.0, med_itl
     assert max(accounting_error_ms(r) for r in ok) < 1.0
-    assert all(r.output_tokens == 12 == r.usage_output_tokens for r in ok)
+    assert all(r.output_tokens == 48 == r.usage_output_tokens for r in ok)
 
 
 def test_stall_under_open_loop_shows_in_p99(mock_server):
