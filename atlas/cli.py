@@ -27,7 +27,7 @@ from atlas.quality import QualityError
 from atlas.results import ResultError, RunResult
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Atlas: a Pareto atlas of LLM inference optimizations.")
-console = Console()
+console = Console(soft_wrap=True)
 err = Console(stderr=True)
 USER_ERRORS = (SpecError, HardwareError, ResultError, FrontierError, QualityError, EmbeddedModelError, EngineError)
 

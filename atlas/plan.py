@@ -87,8 +87,7 @@ def infeasible_reason(spec: SweepSpec, gpu: GpuSpec, s: ServerKnobs) -> str | No
     are refused here; what the engine itself refuses is recorded from the engine as a failed run."""
     q = s.quantization
     if q in (Quantization.AWQ, Quantization.GPTQ) and q not in spec.model.checkpoints:
-        return (f"no {q.value.upper()} checkpoint given (model.checkpoints.{q.value}); "
-                f"produce one with `atlas quantize --method {q.value}`")
+        return f"no {q.value.upper()} checkpoint given (model.checkpoints.{q.value}: a pre-quantized folder or hub id)"
     if s.max_num_batched_tokens is not None:
         if s.max_num_batched_tokens < s.max_num_seqs:
             return (f"max_num_batched_tokens={s.max_num_batched_tokens} < max_num_seqs={s.max_num_seqs} "

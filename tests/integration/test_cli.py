@@ -60,3 +60,34 @@ def test_frontier_builds_report_and_survives_a_corrupted_file(tmp_path):
     assert "could not be read" in html and "quality_failed" in html
     assert (tmp_path / "reports" / "mock-sweep" / "gpu-cpu.html").exists()
     assert len(list((tmp_path / "reports" / "mock-sweep" / "configs").glob("*.html"))) == 4
+
+
+def test_fit_then_simulate_writes_labelled_predictions(tmp_path):
+    from tests.integration.test_sweep_mock import SPEC, mock_factory
+    from atlas.config import parse_spec
+    from atlas.hardware import get_gpu
+    from atlas.results import load_results
+    from atlas.sweep import Sweeper
+
+    model = {**SPEC["model"], "params_b": 0.135, "num_layers": 30, "num_kv_heads": 3, "head_dim": 64}
+    spec = {**SPEC, "model": model, "grid": {**SPEC["grid"], "quantization": ["none"], "kv_cache_dtype": ["auto"],
+                                              "max_num_seqs": [2, 8]},
+            "load": {**SPEC["load"], "repeats": 1}, "quality": {"enabled": False}}
+    Sweeper(parse_spec(spec), get_gpu("cpu"), tmp_path / "results", engine_factory=mock_factory()).run()
+    r = runner.invoke(app, ["fit", str(tmp_path / "results"), "--name", "m", "--out", str(tmp_path / "sim")])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "sim" / "m.json").exists() and "leave-one-config-out" in r.output
+    bigger = tmp_path / "bigger.yaml"
+    import yaml
+
+    bigger.write_text(yaml.safe_dump({**spec, "grid": {**spec["grid"], "max_num_seqs": [2, 4, 8]}}))
+    r = runner.invoke(app, ["simulate", "--spec", str(bigger), "--gpu", "cpu", "--artifact",
+                            str(tmp_path / "sim" / "m.json"), "--results", str(tmp_path / "results")])
+    assert r.exit_code == 0, r.output
+    assert "2 points predicted for cpu" in r.output  # max_num_seqs=4 at both load levels; the rest was measured
+    results, errors = load_results(tmp_path / "results")
+    sims = [x for x in results if x.source == "simulated"]
+    assert not errors and len(sims) == 2 and all(not s.simulation.extrapolated for s in sims)
+    r = runner.invoke(app, ["simulate", "--spec", str(bigger), "--gpu", "cpu", "--artifact",
+                            str(tmp_path / "nope.json")])
+    assert r.exit_code == 2 and "cannot read calibration artifact" in r.output
