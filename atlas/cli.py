@@ -183,6 +183,25 @@ def simulate(spec: Path = typer.Option(..., help="sweep spec whose points to pre
     console.print(f"{len(predicted)} points predicted for {g.key} ({extrapolated} extrapolated) -> {store.dir}")
 
 
+@app.command("quantize")
+def quantize_cmd(model: str = typer.Argument(..., help="16-bit source model: folder or hub id"),
+                 method: str = typer.Option(..., help="awq, gptq or fp8"),
+                 out: Path = typer.Option(..., help="output checkpoint folder (must be empty)"),
+                 tool: str = typer.Option("llmcompressor", help="llmcompressor or autoawq (awq only)"),
+                 samples: int = typer.Option(128, help="calibration samples (Atlas's shipped text)"),
+                 revision: str = typer.Option(None, help="source model revision, recorded in provenance")) -> None:
+    """Produce a quantized checkpoint (GPU); give it to a sweep as model.checkpoints.<method>."""
+    from atlas.quantize import QuantizeError, quantize
+
+    if method not in ("awq", "gptq", "fp8") or tool not in ("llmcompressor", "autoawq"):
+        _fail(ValueError(f"unknown --method {method!r} or --tool {tool!r}"))
+    try:
+        path = quantize(model, method, out, tool=tool, samples=samples, revision=revision)  # type: ignore[arg-type]
+    except QuantizeError as e:
+        _fail(e)
+    console.print(f"checkpoint: {path} (provenance in {path / 'atlas-quantize.json'})")
+
+
 @app.command()
 def validate(spec: Path, gpu: str = typer.Option(None, help="check feasibility on this GPU (default: the spec's)")) -> None:
     """Check a sweep YAML and show how many points it plans and skips."""

@@ -124,6 +124,42 @@ def detect_nvidia_gpus() -> list[str]:
         pynvml.nvmlShutdown()
 
 
+def nvidia_gpu_details(nvml: object | None = None) -> list[dict[str, object]]:
+    """Per GPU: SKU, driver and CUDA driver versions, memory, max clocks, power limit (NVML). `nvml` is the
+    pynvml module or a stand-in with the same functions (tests)."""
+    if nvml is None:
+        try:
+            import pynvml as nvml  # type: ignore[no-redef]
+        except ImportError:
+            return []
+    m = nvml
+    try:
+        m.nvmlInit()  # type: ignore[attr-defined]
+    except Exception:
+        return []
+
+    def text(v: object) -> str:
+        return v.decode() if isinstance(v, bytes) else str(v)
+
+    try:
+        driver = text(m.nvmlSystemGetDriverVersion())  # type: ignore[attr-defined]
+        cuda = int(m.nvmlSystemGetCudaDriverVersion())  # type: ignore[attr-defined]
+        out = []
+        for i in range(m.nvmlDeviceGetCount()):  # type: ignore[attr-defined]
+            h = m.nvmlDeviceGetHandleByIndex(i)  # type: ignore[attr-defined]
+            out.append({
+                "index": i, "name": text(m.nvmlDeviceGetName(h)),  # type: ignore[attr-defined]
+                "driver": driver, "cuda_driver": f"{cuda // 1000}.{cuda % 1000 // 10}",
+                "memory_gib": round(m.nvmlDeviceGetMemoryInfo(h).total / 2**30, 1),  # type: ignore[attr-defined]
+                "sm_clock_max_mhz": m.nvmlDeviceGetMaxClockInfo(h, m.NVML_CLOCK_SM),  # type: ignore[attr-defined]
+                "mem_clock_max_mhz": m.nvmlDeviceGetMaxClockInfo(h, m.NVML_CLOCK_MEM),  # type: ignore[attr-defined]
+                "power_limit_w": m.nvmlDeviceGetPowerManagementLimit(h) / 1000.0,  # type: ignore[attr-defined]
+            })
+        return out
+    finally:
+        m.nvmlShutdown()  # type: ignore[attr-defined]
+
+
 def check_gpu_present(spec: GpuSpec, present: list[str] | None = None) -> None:
     """Raise when the sweep names a GPU that is not the one in this machine."""
     if spec.is_cpu:

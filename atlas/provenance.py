@@ -5,10 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import platform
 import subprocess
+from importlib import metadata
 from pathlib import Path
 
 from atlas import __version__
-from atlas.hardware import cpu_model_name, detect_nvidia_gpus
+from atlas.hardware import cpu_model_name, detect_nvidia_gpus, nvidia_gpu_details
 from atlas.results import Provenance
 
 
@@ -34,4 +35,12 @@ def base_provenance(model_id: str, model_path: str | None, model_files: dict, en
                     sha: str | None) -> Provenance:
     return Provenance(atlas_version=__version__, git_sha=sha, engine_version=engine_version, model_id=model_id,
                       model_path=model_path, model_files=model_files, host_cpu=cpu_model_name(),
-                      host_gpus=detect_nvidia_gpus(), python=platform.python_version(), started_at=now_iso())
+                      host_gpus=detect_nvidia_gpus(), gpu_details=nvidia_gpu_details(), torch_version=_torch(),
+                      python=platform.python_version(), started_at=now_iso())
+
+
+def _torch() -> str | None:
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None

@@ -39,6 +39,8 @@ class Provenance(_M):
     model_files: dict[str, Any] = {}  # hashes, source package, checkpoint provenance
     host_cpu: str
     host_gpus: list[str] = []
+    gpu_details: list[dict[str, Any]] = []  # NVML: driver, CUDA, clocks, power limit
+    torch_version: str | None = None
     python: str
     started_at: str
     finished_at: str | None = None

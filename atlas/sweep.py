@@ -35,6 +35,7 @@ from atlas.quality import (
     passage,
     score_outputs,
 )
+from atlas.quantize import read_provenance
 from atlas.results import Provenance, ResultStore, RunResult
 
 
@@ -189,7 +190,9 @@ class Sweeper:
                 self._model = (str(path), prov)
             return self._model
         ckpt = m.checkpoints.get(server.quantization)
-        return (ckpt or m.path or "", {"checkpoint": ckpt} if ckpt else {})
+        if not ckpt:
+            return (m.path or "", {"revision": m.revision} if m.revision else {})
+        return (ckpt, {"checkpoint": ckpt, "quantization": read_provenance(ckpt)})
 
     # ---------------------------------------------------------------------------------------------------
     def _run_group(self, group: list[PlannedRun]) -> list[RunResult]:

@@ -63,11 +63,11 @@ def test_frontier_builds_report_and_survives_a_corrupted_file(tmp_path):
 
 
 def test_fit_then_simulate_writes_labelled_predictions(tmp_path):
-    from tests.integration.test_sweep_mock import SPEC, mock_factory
     from atlas.config import parse_spec
     from atlas.hardware import get_gpu
     from atlas.results import load_results
     from atlas.sweep import Sweeper
+    from tests.integration.test_sweep_mock import SPEC, mock_factory
 
     model = {**SPEC["model"], "params_b": 0.135, "num_layers": 30, "num_kv_heads": 3, "head_dim": 64}
     spec = {**SPEC, "model": model, "grid": {**SPEC["grid"], "quantization": ["none"], "kv_cache_dtype": ["auto"],

@@ -59,7 +59,7 @@ def test_hypervolume_2d_matches_grid_count(x):
 def test_hypervolume_known_values():
     assert hypervolume(np.array([[1, 2], [2, 1]]), np.array([3, 3])) == 3.0
     assert hypervolume(np.array([[0, 0, 0]]), np.array([1, 2, 3])) == 6.0
-    assert hypervolume(np.array([[0.5, 0.5, 0.5], [0.0, 0.0, 0.9]]), np.ones(3)) == pytest.approx(0.125 + 0.1 - 0.05)
+    assert hypervolume(np.array([[0.5, 0.5, 0.5], [0.0, 0.0, 0.9]]), np.ones(3)) == pytest.approx(0.125 + 0.1 - 0.025)
 
 
 def test_robust_dominance_needs_separated_intervals():
