@@ -37,7 +37,7 @@ def main() -> None:
         if paretoset is not None:
             t_ps, ps_mask = best_of(lambda x=x: paretoset(x, sense=["min", "min", "min"]), repeats=1)
             same = bool(np.array_equal(mask, ps_mask))
-            line += f"; paretoset {t_ps:.3f} s (same set: {same}); ratio x{t_ps / t_atlas:.1f}"
+            line += f"; paretoset {t_ps:.3f} s (same set: {same}); paretoset/atlas time ratio {t_ps / t_atlas:.2f}"
         print(line)
     front = cases["uniform"][non_dominated(cases["uniform"])]
     t_hv, hv = best_of(lambda: hypervolume(front, np.ones(3)))

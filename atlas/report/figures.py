@@ -79,9 +79,11 @@ def scatter3d(df: pd.DataFrame, objectives: list[Objective]) -> go.Figure:
 def speedup_bars(speedups: pd.DataFrame) -> go.Figure:
     fig = go.Figure()
     for i, (cfg, sub) in enumerate(speedups.groupby("numerics", sort=False)):
-        fig.add_trace(go.Bar(x=sub["load"], y=sub["speedup"], name=html.escape(str(cfg)),
+        sub = sub.sort_values(["max_num_seqs", "level"])
+        x = [f"seqs {m} · {ld}" for m, ld in zip(sub["max_num_seqs"], sub["load"], strict=True)]
+        fig.add_trace(go.Bar(x=x, y=sub["speedup"], name=html.escape(str(cfg)),
                              marker_color=_COLORS[i % len(_COLORS)]))
     fig.add_hline(y=1.0, line_dash="dot", line_color="#444")
-    fig.update_layout(barmode="group", title="Output-throughput speed-up vs the baseline numerics, per load level",
+    fig.update_layout(barmode="group", title="Output-throughput speed-up vs the baseline numerics, per batching and load level",
                       yaxis_title="speed-up (x)", template="plotly_white", height=400)
     return fig

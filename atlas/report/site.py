@@ -70,6 +70,7 @@ def speedups(fr: pd.DataFrame) -> pd.DataFrame:
             changed = sum([r["dtype"] != base_dtype, r["quantization"] != "none", r["kv_cache_dtype"] != "auto"])
             rows.append({"gpu": gpu, "numerics": f"{r['dtype']} · w:{r['quantization']} · kv:{r['kv_cache_dtype']}",
                          "kind": "combined" if changed > 1 else "single", "load": r["load"],
+                         "level": r["concurrency"] if pd.notna(r["concurrency"]) else r["rate_rps"],
                          "max_num_seqs": r["max_num_seqs"], "speedup": r["output_tok_s"] / b["output_tok_s"],
                          "tpot_ratio": (r["tpot_p50_ms"] / b["tpot_p50_ms"]) if b["tpot_p50_ms"] else None,
                          "status": r["status"], "baseline": f"{base_dtype} · w:none · kv:auto"})
