@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import typer
+from pydantic import BaseModel
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -85,8 +86,8 @@ def _site(results_dir: Path, out: Path, objectives: list[str], slo: list[str], s
         results, errors = load_results(results_dir)
     except USER_ERRORS as e:
         _fail(e)
-    for e in errors:
-        err.print(f"[yellow]warning:[/] {e}", highlight=False, soft_wrap=True)
+    for msg in errors:
+        err.print(f"[yellow]warning:[/] {msg}", highlight=False, soft_wrap=True)
     if not results:
         _fail(ResultError(f"{results_dir}: no readable result files"))
     by_sweep: dict[str, list[RunResult]] = {}
@@ -141,8 +142,8 @@ def fit_cmd(results_dir: Path = typer.Argument(Path("results")), name: str = typ
         artifact = fit(results, name, model, progress=lambda m: console.print(f"  {m}", highlight=False))
     except (*USER_ERRORS, SimulatorError) as e:
         _fail(e)
-    for e in errors:
-        err.print(f"[yellow]warning:[/] {e}", highlight=False, soft_wrap=True)
+    for msg in errors:
+        err.print(f"[yellow]warning:[/] {msg}", highlight=False, soft_wrap=True)
     t = Table(title=f"{name}: mean absolute % error (fit / leave-one-config-out)")
     for c in ["engine", "gpu", "numerics", "points", "configs", *REPORTED]:
         t.add_column(c)
@@ -221,7 +222,7 @@ def validate(spec: Path, gpu: str = typer.Option(None, help="check feasibility o
 @app.command()
 def schema(what: str = typer.Argument("sweep", help="sweep or result")) -> None:
     """Print the JSON schema of a sweep spec or a result file."""
-    models = {"sweep": SweepSpec, "result": RunResult}
+    models: dict[str, type[BaseModel]] = {"sweep": SweepSpec, "result": RunResult}
     if what not in models:
         _fail(ValueError(f"unknown schema {what!r}; choose sweep or result"))
     console.print_json(json.dumps(models[what].model_json_schema()))

@@ -6,6 +6,7 @@ import os
 import platform
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -132,9 +133,9 @@ def nvidia_gpu_details(nvml: object | None = None) -> list[dict[str, object]]:
             import pynvml as nvml  # type: ignore[no-redef]
         except ImportError:
             return []
-    m = nvml
+    m: Any = nvml
     try:
-        m.nvmlInit()  # type: ignore[attr-defined]
+        m.nvmlInit()
     except Exception:
         return []
 
@@ -142,22 +143,22 @@ def nvidia_gpu_details(nvml: object | None = None) -> list[dict[str, object]]:
         return v.decode() if isinstance(v, bytes) else str(v)
 
     try:
-        driver = text(m.nvmlSystemGetDriverVersion())  # type: ignore[attr-defined]
-        cuda = int(m.nvmlSystemGetCudaDriverVersion())  # type: ignore[attr-defined]
+        driver = text(m.nvmlSystemGetDriverVersion())
+        cuda = int(m.nvmlSystemGetCudaDriverVersion())
         out = []
-        for i in range(m.nvmlDeviceGetCount()):  # type: ignore[attr-defined]
-            h = m.nvmlDeviceGetHandleByIndex(i)  # type: ignore[attr-defined]
+        for i in range(m.nvmlDeviceGetCount()):
+            h = m.nvmlDeviceGetHandleByIndex(i)
             out.append({
-                "index": i, "name": text(m.nvmlDeviceGetName(h)),  # type: ignore[attr-defined]
+                "index": i, "name": text(m.nvmlDeviceGetName(h)),
                 "driver": driver, "cuda_driver": f"{cuda // 1000}.{cuda % 1000 // 10}",
-                "memory_gib": round(m.nvmlDeviceGetMemoryInfo(h).total / 2**30, 1),  # type: ignore[attr-defined]
-                "sm_clock_max_mhz": m.nvmlDeviceGetMaxClockInfo(h, m.NVML_CLOCK_SM),  # type: ignore[attr-defined]
-                "mem_clock_max_mhz": m.nvmlDeviceGetMaxClockInfo(h, m.NVML_CLOCK_MEM),  # type: ignore[attr-defined]
-                "power_limit_w": m.nvmlDeviceGetPowerManagementLimit(h) / 1000.0,  # type: ignore[attr-defined]
+                "memory_gib": round(m.nvmlDeviceGetMemoryInfo(h).total / 2**30, 1),
+                "sm_clock_max_mhz": m.nvmlDeviceGetMaxClockInfo(h, m.NVML_CLOCK_SM),
+                "mem_clock_max_mhz": m.nvmlDeviceGetMaxClockInfo(h, m.NVML_CLOCK_MEM),
+                "power_limit_w": m.nvmlDeviceGetPowerManagementLimit(h) / 1000.0,
             })
         return out
     finally:
-        m.nvmlShutdown()  # type: ignore[attr-defined]
+        m.nvmlShutdown()
 
 
 def check_gpu_present(spec: GpuSpec, present: list[str] | None = None) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -247,9 +248,7 @@ def build_result(outcomes: list[ItemOutcome], scores: dict[str, SetScore], perpl
     lo, hi = wilson(k, n)
     items = max(len(outcomes), 1)
     degenerate = [o for o in outcomes if o.degenerate]
-    kinds: dict[str, int] = {}
-    for o in degenerate:
-        kinds[o.degenerate] = kinds.get(o.degenerate, 0) + 1  # type: ignore[index]
+    kinds = Counter(o.degenerate for o in degenerate if o.degenerate)
     return QualityResult(
         n=n, correct=k, accuracy=k / n, ci_low=lo, ci_high=hi, sets=scores,
         perplexity=perplexity[0] if perplexity else None, perplexity_tokens=perplexity[1] if perplexity else None,

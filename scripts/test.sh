@@ -6,6 +6,9 @@ bash scripts/setup.sh || exit 1
 # The converted embedded model is cached inside this checkout (ignored by git), so a CI run makes its own.
 export ATLAS_CACHE_DIR="${ATLAS_CACHE_DIR:-$PWD/.cache/atlas}"
 export ATLAS_TEST_ARTIFACTS="${ATLAS_TEST_ARTIFACTS:-$PWD/test-artifacts}"
+# Lint and types first (ruff on everything, mypy on the package), then every test.
+.venv/bin/ruff check atlas tests benchmarks scripts || exit 1
+.venv/bin/mypy atlas || exit 1
 .venv/bin/python -m pytest tests -q --timeout 1200 "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then

@@ -77,7 +77,7 @@ def prepare_embedded_model(force: bool = False) -> tuple[Path, dict]:  # type: i
         model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name)
         # The GGUF tensors are dequantized on load, so the model is plain float weights; transformers still
         # marks it GGUF-quantized and refuses to save it unless that marker is dropped.
-        model.hf_quantizer = None
+        setattr(model, "hf_quantizer", None)  # noqa: B010  (typed as a module attribute by transformers)
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         model.save_pretrained(tmp)

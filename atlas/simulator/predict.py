@@ -50,10 +50,12 @@ def _envelope_reasons(group: CalibrationGroup, cfg: RunConfig) -> list[str]:
     for k, v in checks.items():
         if v is None:
             continue
-        lo, hi = group.envelope.get(k, [None, None])
-        if lo is None:
+        bounds = group.envelope.get(k)
+        if bounds is None:
             out.append(f"{k}={v:g}: the calibration measured no {k}")
-        elif not lo <= v <= hi:
+            continue
+        lo, hi = bounds
+        if not lo <= v <= hi:
             out.append(f"{k}={v:g} outside the calibrated range {lo:g}-{hi:g}")
     return out
 
@@ -106,7 +108,7 @@ def predict_spec(artifact: CalibrationArtifact, spec: SweepSpec, gpu: GpuSpec, m
     """Every planned point of `spec` on `gpu` that has no measured result; quality (a property of numerics,
     not of batching) is carried over from a measured point with the same GPU and numerics when there is one."""
     done = {r.run_id for r in measured if r.source == "measured" and r.status != "skipped"}
-    quality = {}
+    quality: dict[tuple[object, ...], RunResult] = {}
     for r in measured:
         if r.quality is not None and r.status in ("ok", "quality_failed"):
             s = r.config.server
