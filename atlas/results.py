@@ -63,6 +63,8 @@ class SimulationInfo(_M):
     relative_error: dict[str, float]  # half-width of the interval, as a fraction, per metric
     roofline_tpot_ms: float  # physical lower bound for one decode step at this point's batch
     quality_from: str | None = None
+    kv_cache_tokens: int | None = None  # memory model: KV tokens beside the weights (GPUs)
+    max_concurrency: float | None = None  # of this point's requests that the KV cache holds at once
 
 
 class RunResult(_M):

@@ -57,3 +57,16 @@ class Efficiencies:
     def step_s(self, c: StepCosts, tokens: int, ctx_tokens: int) -> float:
         return (self.overhead_s + (c.weight_bytes + ctx_tokens * c.kv_bytes_per_token) / (c.bandwidth_b_s * self.bw_eff)
                 + c.flops_per_token * tokens / (c.peak_flop_s * self.compute_eff))
+
+
+ACTIVATION_RESERVE_GIB = 2.0  # CUDA graphs, activations and the sampler's buffers: vLLM's profiling run sees ~1-3 GiB
+
+
+def kv_capacity_tokens(costs: StepCosts, gpu: GpuSpec, server: ServerKnobs) -> int | None:
+    """Tokens of KV cache that fit beside the weights in the memory vLLM may use (GPUs; on the CPU engine
+    the KV space is a setting, VLLM_CPU_KVCACHE_SPACE, and comes from the measured results instead)."""
+    if gpu.is_cpu:
+        return None
+    budget = gpu.memory_gib * 2**30 * (server.gpu_memory_utilization or 0.9) - ACTIVATION_RESERVE_GIB * 2**30
+    free = budget - costs.weight_bytes
+    return max(0, int(free // costs.kv_bytes_per_token))

@@ -10,7 +10,7 @@ from atlas.hardware import GpuSpec, get_gpu
 from atlas.metrics import LoadSummary, MetricSummary, PercentileStat, summarize_load
 from atlas.plan import PlannedRun, RunConfig, expand
 from atlas.results import RunResult, SimulationInfo
-from atlas.simulator.features import Efficiencies, SimulatorError, step_costs
+from atlas.simulator.features import Efficiencies, SimulatorError, kv_capacity_tokens, step_costs
 from atlas.simulator.fit import CalibrationArtifact, CalibrationGroup
 from atlas.simulator.queue import simulate
 
@@ -78,8 +78,14 @@ def predict_config(artifact: CalibrationArtifact, cfg: RunConfig, run_id: str, s
     reasons += _envelope_reasons(group, cfg)
     model = cfg.model if cfg.model.params_b is not None else group.model.model_copy(update={"id": cfg.model.id})
     costs = step_costs(model, cfg.server, get_gpu(cfg.gpu))
+    capacity = kv_capacity_tokens(costs, get_gpu(cfg.gpu), cfg.server)
+    per_request = cfg.load.prompt_tokens + cfg.load.output_tokens
+    if capacity is not None and capacity < per_request:
+        raise SimulatorError(f"{cfg.server.label()} on {cfg.gpu}: KV cache for {capacity} tokens cannot hold one "
+                             f"{per_request}-token request")
     summary: LoadSummary = summarize_load(simulate(costs, eff, cfg.server, cfg.load,
-                                                   max_model_len=cfg.model.max_model_len))
+                                                   max_model_len=cfg.model.max_model_len,
+                                                   kv_capacity_tokens=capacity))
     widen = EXTRAPOLATION_WIDENING if reasons else 1.0
     errors = {k: min(0.95, (v if v is not None else 0.25) * widen)
               for k, v in (group.loco_mape if group.n_configs > 1 else group.fit_mape).items()}
@@ -95,7 +101,8 @@ def predict_config(artifact: CalibrationArtifact, cfg: RunConfig, run_id: str, s
         raise SimulatorError(f"prediction {tpot:.3g} ms beats the roofline bound {bound_ms:.3g} ms (a bug)")
     info = SimulationInfo(artifact=artifact.name, calibrated_on=f"{group.engine}/{group.gpu}/{'/'.join(group.numerics)}",
                           extrapolated=bool(reasons), extrapolation_reasons=reasons, relative_error=errors,
-                          roofline_tpot_ms=bound_ms)
+                          roofline_tpot_ms=bound_ms, kv_cache_tokens=capacity,
+                          max_concurrency=None if capacity is None else capacity / per_request)
     label = f"{cfg.server.label()} | {cfg.load.label()}"
     return RunResult(run_id=run_id, sweep=sweep, source="simulated", status="ok",
                      reasons=[f"simulated ({'extrapolated: ' + '; '.join(reasons) if reasons else 'calibrated'})"],

@@ -110,5 +110,22 @@ def test_predictions_are_labelled_and_flag_extrapolation(fitted):
     reasons = " ".join(preds[0].simulation.extrapolation_reasons)
     assert "a100-80 not measured" in reasons and "max_num_seqs=256 outside" in reasons
     assert all(p.metrics.tpot_ms.p50.value >= p.simulation.roofline_tpot_ms for p in preds)
+    # A100-80 at 0.9: 72 GiB - 2 GiB reserve - 14.2 GiB bf16 weights over 56 KiB per token
+    assert preds[0].simulation.kv_cache_tokens == pytest.approx(1_060_000, rel=0.02)
     # measured points are not predicted again
     assert not predict_spec(art, spec, get_gpu("h100"), measured)
+
+
+def test_kv_memory_model_limits_concurrency():
+    from atlas.simulator.features import kv_capacity_tokens
+
+    server = ServerKnobs(max_num_seqs=256)
+    l4 = kv_capacity_tokens(step_costs(MODEL, server, get_gpu("l4")), get_gpu("l4"), server)
+    fp8 = ServerKnobs(max_num_seqs=256, kv_cache_dtype="fp8")
+    l4_fp8 = kv_capacity_tokens(step_costs(MODEL, fp8, get_gpu("l4")), get_gpu("l4"), fp8)
+    assert 80_000 < l4 < 120_000 and l4_fp8 == pytest.approx(2 * l4, rel=0.01)  # FP8 KV doubles the tokens
+    assert kv_capacity_tokens(step_costs(MODEL, server, get_gpu("cpu")), get_gpu("cpu"), server) is None
+    few, _ = run(server=server, point=lp(64))
+    costs = step_costs(MODEL, server, get_gpu("h100"))
+    tight = summarize_load(simulate(costs, EFF, server, lp(64), max_model_len=4096, kv_capacity_tokens=1600))
+    assert tight.output_tok_s < few.output_tok_s / 2  # only ~10 of the 64 requests fit at once: the rest wait
