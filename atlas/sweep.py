@@ -219,7 +219,7 @@ class Sweeper:
         try:
             engine.start()
         except EngineError as e:
-            if "not ready within" not in e.reason and "out of memory" not in e.reason and "port" not in e.reason:
+            if e.kind == "refused":  # a configuration the engine rejects; OOM or a hung start may be transient
                 self.refused[key] = (server.label(), e.reason, e.log_tail)
             return [self._fail(p, f"engine failed to start: {e.reason}", e.log_tail, prov) for p in group]
         try:

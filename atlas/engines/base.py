@@ -8,12 +8,14 @@ from typing import Protocol, runtime_checkable
 
 
 class EngineError(RuntimeError):
-    """An engine that would not start or died; `reason` is one line, `log_tail` the last log lines."""
+    """An engine that would not start or died; `reason` is one line, `log_tail` the last log lines.
+    `kind`: refused (the engine rejected its configuration and exited), oom, timeout, port, launch."""
 
-    def __init__(self, reason: str, log_tail: list[str] | None = None):
+    def __init__(self, reason: str, log_tail: list[str] | None = None, kind: str = "refused"):
         super().__init__(reason)
         self.reason = reason
         self.log_tail = log_tail or []
+        self.kind = "oom" if reason.startswith("out of memory") else kind
 
 
 @runtime_checkable

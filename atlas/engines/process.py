@@ -43,7 +43,7 @@ class ProcessEngine:
 
     def start(self) -> None:
         if not port_is_free(self.host, self.port):
-            raise EngineError(f"port {self.port} on {self.host} is already in use")
+            raise EngineError(f"port {self.port} on {self.host} is already in use", kind="port")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
         t0 = time.monotonic()
@@ -51,7 +51,7 @@ class ProcessEngine:
             self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env=self.env, start_new_session=True)
         except OSError as e:
-            raise EngineError(f"cannot start {self.argv[0]}: {e.strerror}") from None
+            raise EngineError(f"cannot start {self.argv[0]}: {e.strerror}", kind="launch") from None
         finally:
             log.close()
         try:
@@ -71,7 +71,7 @@ class ProcessEngine:
                                   tail[-60:])
             if time.monotonic() - t0 > self.startup_timeout_s:
                 tail = self.log_tail(60)
-                raise EngineError(f"not ready within {self.startup_timeout_s:g} s (hung start-up)", tail)
+                raise EngineError(f"not ready within {self.startup_timeout_s:g} s (hung start-up)", tail, kind="timeout")
             if self._probe():
                 return
             time.sleep(1.0)

@@ -87,3 +87,11 @@ def test_prices_have_sources_and_errors_are_clear(tmp_path: Path):
         price_usd_per_hour("h100", path=p)
     with pytest.raises(HardwareError, match="unknown price provider"):
         price_usd_per_hour("l4", provider="y", path=p)
+
+
+def test_engine_error_kinds():
+    from atlas.engines.base import EngineError
+
+    assert EngineError("NotImplementedError: no").kind == "refused"
+    assert EngineError("out of memory: CUDA out of memory").kind == "oom"
+    assert EngineError("not ready", kind="timeout").kind == "timeout"
