@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import typer
@@ -38,6 +39,10 @@ def _fail(e: Exception) -> None:
     raise typer.Exit(2)
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def default_spec(gpu: str) -> Path:
     return CONFIG_DIR / ("cpu-smollm2.yaml" if gpu == "cpu" else "qwen2.5-7b.yaml")
 
@@ -51,6 +56,9 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
     """Measure every point of a sweep and write one result file per point."""
     from atlas.sweep import Sweeper, SweepEvent
 
+    # SIGTERM unwinds like Ctrl-C, so the running engine's process group is stopped and its port freed
+    # (results already written stay; --resume continues).
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         s = load_spec(spec or default_spec(gpu))
         s = s.model_copy(update={"gpu": gpu})
@@ -70,6 +78,9 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
             report = Sweeper(s, g, results, resume=resume, progress=on_event, price_provider=prices).run()
     except USER_ERRORS as e:
         _fail(e)
+    except KeyboardInterrupt:
+        err.print("interrupted: the engine was stopped; points already written are kept (rerun with --resume)")
+        raise typer.Exit(130) from None
     counts = ", ".join(f"{k} {v}" for k, v in sorted(report.counts().items()))
     console.print(f"{len(report.results)} points in {report.wall_s:.0f} s ({counts}) -> {report.results_dir}")
 

