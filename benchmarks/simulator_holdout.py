@@ -2,7 +2,9 @@
 numerics group is held out, the rest fitted, the held-out points predicted. Prints the mean absolute
 percentage error per metric and checks that no prediction beats the roofline bound.
 
-    .venv/bin/python benchmarks/simulator_holdout.py results/cpu-smollm2 --spec configs/cpu-smollm2.yaml
+    .venv/bin/python benchmarks/simulator_holdout.py benchmarks/data/cpu-smollm2 --spec configs/cpu-smollm2.yaml
+
+(benchmarks/data/cpu-smollm2 holds the embedded default sweep measured on 2026-12-02.)
 """
 
 from __future__ import annotations
