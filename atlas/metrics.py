@@ -9,6 +9,7 @@ TPOT = (E2E - TTFT) / (output tokens - 1); queue = actual send - scheduled send.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
@@ -20,6 +21,7 @@ from atlas.knobs import LoadMode
 from atlas.loadgen import LoadRun, RequestRecord
 
 PERCENTILES = (50, 90, 95, 99)
+_PERCENTILE_NAME = re.compile(r"(ttft|tpot|itl|e2e|queue)_p(\d+)_ms")
 CONFIDENCE = 0.95
 
 
@@ -67,6 +69,19 @@ class LoadSummary(_M):
     valid: bool
     invalid_reasons: list[str]
     warnings: list[str]
+
+    def stat(self, metric: str, p: int) -> PercentileStat | None:
+        """The p-th percentile of a latency metric ('ttft_ms', 'tpot_ms', 'itl_ms', 'e2e_ms', 'queue_ms')."""
+        m: MetricSummary | None = getattr(self, metric)
+        return m.pct(p) if m is not None else None
+
+    def value(self, name: str) -> float | None:
+        """A headline number by name: a field ('output_tok_s') or a percentile ('ttft_p50_ms')."""
+        if m := _PERCENTILE_NAME.fullmatch(name):
+            s = self.stat(f"{m.group(1)}_ms", int(m.group(2)))
+            return s.value if s is not None else None
+        v = getattr(self, name)
+        return float(v) if v is not None else None
 
 
 class RepeatStat(_M):

@@ -299,7 +299,7 @@ class Sweeper:
             server_metrics = sampler.result()
         per_repeat = [summarize_load(r) for r in runs]
         metrics = _pooled_summary(runs, per_repeat)
-        stats_ = {name: repeat_stat([f(s) for s in per_repeat]) for name, f in _REPEAT_METRICS.items()}
+        stats_ = {name: repeat_stat([s.value(name) for s in per_repeat]) for name in REPEAT_METRICS}
         unstable = [n for n, s in stats_.items() if s.unstable]
         if unstable:
             metrics = metrics.model_copy(update={"warnings": [*metrics.warnings,
@@ -329,20 +329,7 @@ class Sweeper:
         return self._write(result, records)
 
 
-def _p50(attr: str) -> Callable[[LoadSummary], float | None]:
-    def get(s: LoadSummary) -> float | None:
-        m = getattr(s, attr)
-        return m.p50.value if m is not None else None
-    return get
-
-
-_REPEAT_METRICS: dict[str, Callable[[LoadSummary], float | None]] = {
-    "output_tok_s": lambda s: s.output_tok_s,
-    "requests_s": lambda s: s.requests_s,
-    "ttft_p50_ms": _p50("ttft_ms"),
-    "tpot_p50_ms": _p50("tpot_ms"),
-    "e2e_p50_ms": _p50("e2e_ms"),
-}
+REPEAT_METRICS = ("output_tok_s", "requests_s", "ttft_p50_ms", "tpot_p50_ms", "e2e_p50_ms")
 
 
 def _pooled_summary(runs: list[LoadRun], per_repeat: list[LoadSummary]) -> LoadSummary:

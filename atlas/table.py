@@ -6,17 +6,13 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from atlas.metrics import MetricSummary
 from atlas.results import RunResult
 
 
 def _pct(attr: str, p: int, part: str = "value") -> Callable[[RunResult], float | None]:
     def get(r: RunResult) -> float | None:
-        m: MetricSummary | None = getattr(r.metrics, attr) if r.metrics else None
-        if m is None:
-            return None
-        stat = m.pct(p)
-        return stat.value if part == "value" else getattr(stat, part)
+        stat = r.metrics.stat(attr, p) if r.metrics else None
+        return None if stat is None else getattr(stat, part)
     return get
 
 

@@ -20,14 +20,7 @@ from atlas.simulator.features import step_costs
 from atlas.simulator.fit import _model_of, fit, numerics_of
 from atlas.simulator.predict import predict_config
 
-METRICS = {
-    "tpot_p50_ms": lambda s: s.tpot_ms.p50.value if s.tpot_ms else None,
-    "output_tok_s": lambda s: s.output_tok_s,
-    "ttft_p50_ms": lambda s: s.ttft_ms.p50.value if s.ttft_ms else None,
-    "ttft_p90_ms": lambda s: s.ttft_ms.p90.value if s.ttft_ms else None,
-    "ttft_p99_ms": lambda s: s.ttft_ms.p99.value if s.ttft_ms else None,
-    "e2e_p90_ms": lambda s: s.e2e_ms.p90.value if s.e2e_ms else None,
-}
+METRICS = ("tpot_p50_ms", "output_tok_s", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "e2e_p90_ms")
 
 
 def main() -> None:
@@ -55,15 +48,15 @@ def main() -> None:
         cfg = r.config.model_copy(update={"model": _model_of(r, spec_model)})
         pred = predict_config(art, cfg, r.run_id, "holdout")
         assert pred.metrics is not None and r.metrics is not None and pred.simulation is not None
-        tpot = pred.metrics.tpot_ms.p50.value if pred.metrics.tpot_ms else None
+        tpot = pred.metrics.value("tpot_p50_ms")
         if tpot is not None and tpot < pred.simulation.roofline_tpot_ms:
             below_roofline += 1
-        for k, get in METRICS.items():
-            m, p = get(r.metrics), get(pred.metrics)
+        for k in METRICS:
+            m, p = r.metrics.value(k), pred.metrics.value(k)
             if m and p is not None:
                 errs[k].append(abs(p - m) / m)
         label = r.label
-        print(f"  {label:48s} TPOT {METRICS['tpot_p50_ms'](r.metrics):8.1f} -> {tpot:8.1f} ms   "
+        print(f"  {label:48s} TPOT {r.metrics.value('tpot_p50_ms'):8.1f} -> {tpot:8.1f} ms   "
               f"tok/s {r.metrics.output_tok_s:6.1f} -> {pred.metrics.output_tok_s:6.1f}")
     print("held-out mean absolute % error:")
     for k, v in errs.items():

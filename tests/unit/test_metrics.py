@@ -123,3 +123,12 @@ def test_closed_loop_window_ends_at_drain():
     # window [0, 5]: requests 0-3 finish (40 tokens); request 4 has its tokens at 4.1 .. 5.0 (10 more)
     assert s.output_tok_s == pytest.approx(50 / 5.0)
     assert s.ttft_ms.n == 10  # latency samples keep every measured request
+
+
+def test_summary_values_by_name():
+    recs = [rec(i, i * 1.0, 0.1, 0.01, 10) for i in range(10)]
+    s = summarize_load(LoadRun(point=point(), records=recs, started_at_unix=0, wall_s=11, offered_rate_rps=None))
+    assert s.value("ttft_p50_ms") == s.ttft_ms.p50.value == pytest.approx(100.0)
+    assert s.value("e2e_p99_ms") is None  # 10 samples: not reported
+    assert s.value("output_tok_s") == s.output_tok_s
+    assert s.stat("tpot_ms", 90).ci_low is not None
