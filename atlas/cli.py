@@ -39,6 +39,11 @@ def _fail(e: Exception) -> None:
     raise typer.Exit(2)
 
 
+def _warn(messages: list[str]) -> None:
+    for msg in messages:
+        err.print(f"[yellow]warning:[/] {msg}", highlight=False, soft_wrap=True)
+
+
 def _terminate(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -97,8 +102,7 @@ def _site(results_dir: Path, out: Path, objectives: list[str], slo: list[str], s
         results, errors = load_results(results_dir)
     except USER_ERRORS as e:
         _fail(e)
-    for msg in errors:
-        err.print(f"[yellow]warning:[/] {msg}", highlight=False, soft_wrap=True)
+    _warn(errors)
     if not results:
         _fail(ResultError(f"{results_dir}: no readable result files"))
     by_sweep: dict[str, list[RunResult]] = {}
@@ -153,8 +157,7 @@ def fit_cmd(results_dir: Path = typer.Argument(Path("results")), name: str = typ
         artifact = fit(results, name, model, progress=lambda m: console.print(f"  {m}", highlight=False))
     except (*USER_ERRORS, SimulatorError) as e:
         _fail(e)
-    for msg in errors:
-        err.print(f"[yellow]warning:[/] {msg}", highlight=False, soft_wrap=True)
+    _warn(errors)
     t = Table(title=f"{name}: mean absolute % error (fit / leave-one-config-out)")
     for c in ["engine", "gpu", "numerics", "points", "configs", *REPORTED]:
         t.add_column(c)

@@ -107,22 +107,7 @@ def cpu_flags() -> set[str]:
 
 def detect_nvidia_gpus() -> list[str]:
     """Names of the NVIDIA GPUs present (NVML); empty when there is no driver or no nvidia-ml-py."""
-    try:
-        import pynvml  # from nvidia-ml-py
-    except ImportError:
-        return []
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return []
-    try:
-        names = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
-            names.append(name.decode() if isinstance(name, bytes) else name)
-        return names
-    finally:
-        pynvml.nvmlShutdown()
+    return [str(d["name"]) for d in nvidia_gpu_details()]
 
 
 def nvidia_gpu_details(nvml: object | None = None) -> list[dict[str, object]]:

@@ -9,7 +9,7 @@ from importlib import metadata
 from pathlib import Path
 
 from atlas import __version__
-from atlas.hardware import cpu_model_name, detect_nvidia_gpus, nvidia_gpu_details
+from atlas.hardware import cpu_model_name, nvidia_gpu_details
 from atlas.results import Provenance
 
 
@@ -33,9 +33,10 @@ def now_iso() -> str:
 
 def base_provenance(model_id: str, model_path: str | None, model_files: dict, engine_version: str | None,  # type: ignore[type-arg]
                     sha: str | None) -> Provenance:
+    gpus = nvidia_gpu_details()
     return Provenance(atlas_version=__version__, git_sha=sha, engine_version=engine_version, model_id=model_id,
                       model_path=model_path, model_files=model_files, host_cpu=cpu_model_name(),
-                      host_gpus=detect_nvidia_gpus(), gpu_details=nvidia_gpu_details(), torch_version=_torch(),
+                      host_gpus=[str(g["name"]) for g in gpus], gpu_details=gpus, torch_version=_torch(),
                       python=platform.python_version(), started_at=now_iso())
 
 

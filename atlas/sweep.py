@@ -224,7 +224,7 @@ class Sweeper:
             return [self._fail(p, f"engine failed to start: {e.reason}", e.log_tail, prov) for p in group]
         try:
             prov.engine = engine.provenance()
-            quality = self._quality(engine, server)
+            quality = self._quality(engine, server, model_path)
             out = []
             for i, planned in enumerate(group):
                 if not engine.alive():
@@ -243,7 +243,7 @@ class Sweeper:
                                      config=planned.config, log_tail=tail[-60:],
                                      provenance=prov.model_copy(update={"finished_at": now_iso()})))
 
-    def _quality(self, engine: Any, server: ServerKnobs) -> QualityResult | str | None:
+    def _quality(self, engine: Any, server: ServerKnobs, model_path: str) -> QualityResult | str | None:
         """The gated quality result for this server's numerics, or a reason it could not be measured."""
         q = self.spec.quality
         if not q.enabled:
@@ -259,7 +259,7 @@ class Sweeper:
                                concurrency=min(server.max_num_seqs, 16))
             outcomes, scores = score_outputs(sets, outputs)
             for n in filter(is_lm_eval, names):
-                scores[n] = run_task(n, engine.base_url, engine.served_model, self._model_path(server)[0] or None,
+                scores[n] = run_task(n, engine.base_url, engine.served_model, model_path or None,
                                      q.max_items_per_set, q.max_tokens)
             ppl = perplexity(engine.base_url, engine.served_model, passage()) if q.perplexity else None
         except QualityError as e:
