@@ -39,6 +39,9 @@ class RunConfig(BaseModel):
         return _digest({"engine": self.engine, "gpu": self.gpu, "model": model,
                         "server": self.server.model_dump(mode="json")})
 
+    def label(self) -> str:
+        return f"{self.server.label()} | {self.load.label()}"
+
     def run_id(self) -> str:
         # The model's size fields only describe it (for screening and the simulator); they are left out so
         # that adding them to a spec does not orphan what was already measured.

@@ -161,7 +161,7 @@ class Sweeper:
             if isinstance(item, SkippedRun):
                 report.results.append(self._write(RunResult(
                     run_id=item.run_id, sweep=self.spec.name, status="skipped", reasons=[item.reason],
-                    label=self._label(item.config.server, item.config.load.label()), config=item.config)))
+                    label=item.config.label(), config=item.config)))
             else:
                 groups.setdefault(item.config.server_key(), []).append(item)
         for group in order_groups(groups):
@@ -171,9 +171,6 @@ class Sweeper:
 
     def _emit(self, kind: str, message: str, status: str | None = None) -> None:
         self.progress(SweepEvent(kind=kind, done=self.done, total=self.total, message=message, status=status))
-
-    def _label(self, server: ServerKnobs, load_label: str) -> str:
-        return f"{server.label()} | {load_label}"
 
     def _write(self, result: RunResult, records: list[dict] | None = None) -> RunResult:  # type: ignore[type-arg]
         result = self.store.write(result, records)
@@ -239,7 +236,7 @@ class Sweeper:
 
     def _fail(self, planned: PlannedRun, reason: str, tail: list[str], prov: Provenance) -> RunResult:
         return self._write(RunResult(run_id=planned.run_id, sweep=self.spec.name, status="failed", reasons=[reason],
-                                     label=self._label(planned.config.server, planned.config.load.label()),
+                                     label=planned.config.label(),
                                      config=planned.config, log_tail=tail[-60:],
                                      provenance=prov.model_copy(update={"finished_at": now_iso()})))
 
@@ -278,7 +275,7 @@ class Sweeper:
     def _measure(self, engine: Any, planned: PlannedRun, quality: QualityResult | str | None,
                  prov: Provenance) -> RunResult:
         cfg = planned.config
-        label = self._label(cfg.server, cfg.load.label())
+        label = cfg.label()
         if self.resume and self.store.is_complete(planned.run_id, cfg):
             kept = self.store.get(planned.run_id)
             assert kept is not None

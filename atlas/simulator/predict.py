@@ -17,7 +17,9 @@ from atlas.simulator.queue import simulate
 EXTRAPOLATION_WIDENING = 2.0  # an extrapolated prediction's interval is this many times the held-out error
 
 
-def _choose(artifact: CalibrationArtifact, cfg: RunConfig) -> tuple[Efficiencies, CalibrationGroup, list[str]]:
+def _choose(artifact: CalibrationArtifact, cfg: RunConfig) -> tuple[Efficiencies, CalibrationGroup, list[str], bool]:
+    """The efficiencies to use, the group they come from, why they extrapolate, and whether they cross
+    between a CPU and a GPU."""
     s = cfg.server
     numerics = (s.dtype.value, s.quantization.value, s.kv_cache_dtype.value)
     same_engine = [g for g in artifact.groups if g.engine == cfg.engine]
@@ -25,8 +27,9 @@ def _choose(artifact: CalibrationArtifact, cfg: RunConfig) -> tuple[Efficiencies
         raise SimulatorError(f"calibration {artifact.name!r} has no fit for engine {cfg.engine!r}")
     exact = [g for g in same_engine if g.gpu == cfg.gpu and g.numerics == numerics]
     if exact:
-        return exact[0].efficiencies(), exact[0], []
+        return exact[0].efficiencies(), exact[0], [], False
     reasons = []
+    cross_device = False
     pool = [g for g in same_engine if g.gpu == cfg.gpu]
     if pool:
         reasons.append(f"numerics {'/'.join(numerics)} not measured on {cfg.gpu}: bytes model with its other fits")
@@ -34,12 +37,13 @@ def _choose(artifact: CalibrationArtifact, cfg: RunConfig) -> tuple[Efficiencies
         pool = [g for g in same_engine if g.numerics == numerics] or same_engine
         kinds = sorted({g.gpu for g in pool})
         reasons.append(f"{cfg.gpu} not measured: efficiencies transferred from {', '.join(kinds)}")
-        if any(get_gpu(k).is_cpu != get_gpu(cfg.gpu).is_cpu for k in kinds):
+        cross_device = any(get_gpu(k).is_cpu != get_gpu(cfg.gpu).is_cpu for k in kinds)
+        if cross_device:
             reasons.append("transfer between a CPU and a GPU: efficiencies are not comparable")
     n = sum(g.n_points for g in pool)
     eff = Efficiencies(sum(g.overhead_s * g.n_points for g in pool) / n, sum(g.bw_eff * g.n_points for g in pool) / n,
                        sum(g.compute_eff * g.n_points for g in pool) / n)
-    return eff, max(pool, key=lambda g: g.n_points), reasons
+    return eff, max(pool, key=lambda g: g.n_points), reasons, cross_device
 
 
 def _envelope_reasons(group: CalibrationGroup, cfg: RunConfig) -> list[str]:
@@ -74,11 +78,12 @@ def _widen(m: MetricSummary | None, err: float) -> MetricSummary | None:
 
 def predict_config(artifact: CalibrationArtifact, cfg: RunConfig, run_id: str, sweep: str,
                    price_provider: str | None = None) -> RunResult:
-    eff, group, reasons = _choose(artifact, cfg)
+    eff, group, reasons, cross_device = _choose(artifact, cfg)
     reasons += _envelope_reasons(group, cfg)
     model = cfg.model if cfg.model.params_b is not None else group.model.model_copy(update={"id": cfg.model.id})
-    costs = step_costs(model, cfg.server, get_gpu(cfg.gpu))
-    capacity = kv_capacity_tokens(costs, get_gpu(cfg.gpu), cfg.server)
+    gpu = get_gpu(cfg.gpu)
+    costs = step_costs(model, cfg.server, gpu)
+    capacity = kv_capacity_tokens(costs, gpu, cfg.server)
     per_request = cfg.load.prompt_tokens + cfg.load.output_tokens
     if capacity is not None and capacity < per_request:
         raise SimulatorError(f"{cfg.server.label()} on {cfg.gpu}: KV cache for {capacity} tokens cannot hold one "
@@ -89,7 +94,7 @@ def predict_config(artifact: CalibrationArtifact, cfg: RunConfig, run_id: str, s
     widen = EXTRAPOLATION_WIDENING if reasons else 1.0
     errors = {k: min(0.95, (v if v is not None else 0.25) * widen)
               for k, v in (group.loco_mape if group.n_configs > 1 else group.fit_mape).items()}
-    if any("not comparable" in r for r in reasons):
+    if cross_device:
         errors = {k: max(v, 0.5) for k, v in errors.items()}  # a CPU fit says little about a GPU
     lat = errors.get("tpot_p50_ms", 0.25)
     summary = summary.model_copy(update={n: _widen(getattr(summary, n), lat)
@@ -103,10 +108,9 @@ def predict_config(artifact: CalibrationArtifact, cfg: RunConfig, run_id: str, s
                           extrapolated=bool(reasons), extrapolation_reasons=reasons, relative_error=errors,
                           roofline_tpot_ms=bound_ms, kv_cache_tokens=capacity,
                           max_concurrency=None if capacity is None else capacity / per_request)
-    label = f"{cfg.server.label()} | {cfg.load.label()}"
     return RunResult(run_id=run_id, sweep=sweep, source="simulated", status="ok",
                      reasons=[f"simulated ({'extrapolated: ' + '; '.join(reasons) if reasons else 'calibrated'})"],
-                     label=label, config=cfg, metrics=summary, cost=cost_of(cfg.gpu, summary, price_provider),
+                     label=cfg.label(), config=cfg, metrics=summary, cost=cost_of(cfg.gpu, summary, price_provider),
                      simulation=info)
 
 
