@@ -19,7 +19,7 @@ def go(url, point):
     return run_sync(run_load(url, "mock", point))
 
 
-def _in_flight_at(run, t):
+def _in_flight_at(run, t):  # noqa: D103
     return sum(1 for r in run.records if r.sent_s is not None and r.sent_s <= t <= (r.done_s or 0))
 
 
@@ -28,11 +28,13 @@ def test_ttft_and_itl_match_injected_values(mock_server, streams):
     """At 1 stream a closed loop; at 256 concurrent streams an open loop whose Poisson arrivals keep about
     256 streams in flight without lock-step (a closed loop of 256 re-sends all at once, so every chunk
     arrives in one burst and the test would measure the burst, not the client)."""
-    url = mock_server(ttft_ms=60.0, itl_ms=40.0)
+    # 256 streams x one chunk per 100 ms = 2,560 chunks/s: what one core of this 2-core machine handles with
+    # the mock on the other; benchmarks/loadgen_overhead.py reports the error at higher chunk rates.
+    url = mock_server(ttft_ms=60.0, itl_ms=100.0)
     if streams == 1:
-        run = go(url, closed(1, 8, warm=2, output_tokens=48))
-    else:  # each stream lasts 60 + 47 x 40 = 1.94 s: 132 arrivals/s keep 256 in flight
-        run = go(url, LoadPoint(mode=LoadMode.POISSON, rate_rps=132.0, num_requests=520, output_tokens=48,
+        run = go(url, closed(1, 8, warm=2, output_tokens=20))
+    else:  # each stream lasts 60 + 19 x 100 = 1.96 s: 132 arrivals/s keep 256 in flight
+        run = go(url, LoadPoint(mode=LoadMode.POISSON, rate_rps=132.0, num_requests=520, output_tokens=20,
                                 warmup_s=1.5, cooldown_s=0.5, min_requests=4, min_duration_s=0.1, repeats=1))
         mid = [r.scheduled_s for r in run.records if r.phase == "measure"]
         assert 200 <= _in_flight_at(run, sorted(mid)[len(mid) // 2]) <= 320
@@ -41,9 +43,9 @@ def test_ttft_and_itl_match_injected_values(mock_server, streams):
     med_ttft = statistics.median(ttft_ms(r) for r in ok)
     med_itl = statistics.median(v for r in ok for v in itl_ms(r))
     assert abs(med_ttft - 60.0) < 1.0, med_ttft
-    assert abs(med_itl - 40.0) < 1.0, med_itl
+    assert abs(med_itl - 100.0) < 1.0, med_itl
     assert max(accounting_error_ms(r) for r in ok) < 1.0
-    assert all(r.output_tokens == 48 == r.usage_output_tokens for r in ok)
+    assert all(r.output_tokens == 20 == r.usage_output_tokens for r in ok)
 
 
 def test_stall_under_open_loop_shows_in_p99(mock_server):
