@@ -19,9 +19,10 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from atlas.config import SpecError, SweepSpec, load_spec
+from atlas.config import SpecError, SweepSpec, load_spec, parse_spec
 from atlas.engines.base import EngineError
 from atlas.engines.embedded import EmbeddedModelError
+from atlas.engines.gguf import GgufError
 from atlas.frontier import FrontierError, parse_constraint, parse_objective
 from atlas.hardware import CONFIG_DIR, HardwareError, get_gpu
 from atlas.plan import SkippedRun, expand
@@ -31,7 +32,8 @@ from atlas.results import ResultError, RunResult
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Atlas: a Pareto atlas of LLM inference optimizations.")
 console = Console(soft_wrap=True)
 err = Console(stderr=True)
-USER_ERRORS = (SpecError, HardwareError, ResultError, FrontierError, QualityError, EmbeddedModelError, EngineError)
+USER_ERRORS = (SpecError, HardwareError, ResultError, FrontierError, QualityError, EmbeddedModelError, EngineError,
+               GgufError)
 
 
 def _fail(e: Exception) -> None:
@@ -48,7 +50,9 @@ def _terminate(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def default_spec(gpu: str) -> Path:
+def default_spec(gpu: str, engine: str | None = None) -> Path:
+    if engine == "llamacpp":
+        return CONFIG_DIR / "cpu-smollm2-llamacpp.yaml"
     return CONFIG_DIR / ("cpu-smollm2.yaml" if gpu == "cpu" else "qwen2.5-7b.yaml")
 
 
@@ -57,7 +61,9 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
           gpu: str = typer.Option("cpu", help="cpu, l4, a100-40, a100-80, h100, h100-pcie, h200"),
           results: Path = typer.Option(Path("results"), help="results root; points go to RESULTS/<sweep>/"),
           resume: bool = typer.Option(False, help="keep finished points whose config is unchanged"),
-          prices: str = typer.Option(None, "--price-provider", help="provider in configs/prices.yaml")) -> None:
+          prices: str = typer.Option(None, "--price-provider", help="provider in configs/prices.yaml"),
+          engine: str = typer.Option(None, help="vllm or llamacpp: the engine of grids that name none "
+                                                "(without SPEC: that engine's default CPU spec)")) -> None:
     """Measure every point of a sweep and write one result file per point."""
     from atlas.sweep import Sweeper, SweepEvent
 
@@ -65,8 +71,10 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
     # (results already written stay; --resume continues).
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        s = load_spec(spec or default_spec(gpu))
-        s = s.model_copy(update={"gpu": gpu})
+        path = spec or default_spec(gpu, engine)
+        s = load_spec(path)
+        s = parse_spec({**s.model_dump(mode="json", exclude_unset=True), "gpu": gpu,
+                        **({"engine": engine} if engine else {})}, str(path))
         g = get_gpu(gpu)
         columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[current]}"))

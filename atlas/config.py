@@ -6,9 +6,27 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
-from atlas.knobs import Dtype, EngineKind, KVCacheDtype, LoadMode, Quantization
+from atlas.knobs import (
+    ENGINE_KV,
+    ENGINE_QUANTS,
+    QUANT_FACTS,
+    Dtype,
+    EngineKind,
+    KVCacheDtype,
+    LoadMode,
+    Quantization,
+)
 
 
 class SpecError(ValueError):
@@ -51,12 +69,32 @@ class ServerKnobs(Frozen):
     enable_chunked_prefill: bool | None = None
     enable_prefix_caching: bool = False
     gpu_memory_utilization: float | None = Field(None, gt=0.0, le=1.0)
+    n_ubatch: int | None = Field(None, ge=1, description="llama.cpp physical batch (max_num_batched_tokens is n_batch)")
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_engine_fields(self, handler: SerializerFunctionWrapHandler) -> dict:  # type: ignore[type-arg]
+        # Fields added for one engine are left out while unset, so run ids of earlier configs stay the same.
+        out = handler(self)
+        if out.get("n_ubatch") is None:
+            out.pop("n_ubatch", None)
+        return out  # type: ignore[no-any-return]
+
+    @property
+    def engine(self) -> EngineKind:
+        return QUANT_FACTS[self.quantization].engine
 
     def label(self) -> str:
-        parts = [self.dtype.value, f"w:{self.quantization.value}", f"kv:{self.kv_cache_dtype.value}",
-                 f"seqs:{self.max_num_seqs}"]
+        if self.engine == EngineKind.LLAMACPP:  # the GGUF type is the weights' whole numerics
+            parts = [f"llama.cpp w:{self.quantization.value}", f"kv:{self.kv_cache_dtype.value}",
+                     f"slots:{self.max_num_seqs}"]
+        else:
+            parts = [self.dtype.value, f"w:{self.quantization.value}", f"kv:{self.kv_cache_dtype.value}",
+                     f"seqs:{self.max_num_seqs}"]
         if self.max_num_batched_tokens is not None:
-            parts.append(f"mbt:{self.max_num_batched_tokens}")
+            parts.append(f"mbt:{self.max_num_batched_tokens}" if self.engine == EngineKind.VLLM
+                         else f"batch:{self.max_num_batched_tokens}")
+        if self.n_ubatch is not None:
+            parts.append(f"ubatch:{self.n_ubatch}")
         if self.enable_chunked_prefill is not None:
             parts.append("chunked" if self.enable_chunked_prefill else "no-chunk")
         if self.enable_prefix_caching:
@@ -67,6 +105,7 @@ class ServerKnobs(Frozen):
 class Grid(Frozen):
     """The cross product of these lists is swept; a missing list means the knob's default."""
 
+    engine: EngineKind | None = Field(None, description="this grid's engine; default: the spec's engine")
     dtype: list[Dtype] = [Dtype.BFLOAT16]
     quantization: list[Quantization] = [Quantization.NONE]
     kv_cache_dtype: list[KVCacheDtype] = [KVCacheDtype.AUTO]
@@ -75,8 +114,10 @@ class Grid(Frozen):
     enable_chunked_prefill: list[bool | None] = [None]
     enable_prefix_caching: list[bool] = [False]
     gpu_memory_utilization: list[Annotated[float, Field(gt=0.0, le=1.0)] | None] = [None]
+    n_ubatch: list[Annotated[int, Field(ge=1)] | None] = [None]
 
-    @field_validator("*")
+    @field_validator("dtype", "quantization", "kv_cache_dtype", "max_num_seqs", "max_num_batched_tokens",
+                     "enable_chunked_prefill", "enable_prefix_caching", "gpu_memory_utilization", "n_ubatch")
     @classmethod
     def _non_empty_unique(cls, v: list) -> list:  # type: ignore[type-arg]
         if not v:
@@ -84,6 +125,25 @@ class Grid(Frozen):
         if len(set(v)) != len(v):
             raise ValueError(f"list has repeated values: {v}")
         return v
+
+    def problems(self, engine: EngineKind) -> list[str]:
+        """Knob values this grid's engine does not have (each a 'field: why' line)."""
+        out = []
+        if bad := [q.value for q in self.quantization if q not in ENGINE_QUANTS[engine]]:
+            out.append(f"quantization: {engine.value} has no {', '.join(bad)} "
+                       f"(it takes {', '.join(sorted(q.value for q in ENGINE_QUANTS[engine]))})")
+        if bad := [k.value for k in self.kv_cache_dtype if k not in ENGINE_KV[engine]]:
+            out.append(f"kv_cache_dtype: {engine.value} has no {', '.join(bad)} "
+                       f"(it takes {', '.join(sorted(k.value for k in ENGINE_KV[engine]))})")
+        if engine == EngineKind.LLAMACPP:
+            for name, default in (("dtype", [Dtype.BFLOAT16]), ("enable_chunked_prefill", [None]),
+                                  ("gpu_memory_utilization", [None]), ("enable_prefix_caching", [False])):
+                if getattr(self, name) != default:
+                    why = "the GGUF weight type (grid.quantization) sets it" if name == "dtype" else "no such knob"
+                    out.append(f"{name}: has no meaning for llamacpp ({why})")
+        elif self.n_ubatch != [None]:
+            out.append("n_ubatch: a llama.cpp knob; vLLM's batch size is max_num_batched_tokens")
+        return out
 
 
 class LoadShape(Frozen):
@@ -159,7 +219,7 @@ class SweepSpec(Frozen):
     gpu: str = "cpu"
     price_provider: str | None = None
     model: ModelSpec
-    grid: Grid = Grid()
+    grid: Grid | list[Grid] = Field(Grid(), description="one grid, or several (e.g. one per engine)")
     load: LoadSpec = LoadSpec()
     quality: QualitySpec = QualitySpec()
     host: str = "127.0.0.1"
@@ -168,11 +228,47 @@ class SweepSpec(Frozen):
     engine_env: dict[str, str] = {}
     extra_engine_args: list[str] = []
 
+    @model_validator(mode="after")
+    def _grids_fit_engines(self) -> SweepSpec:
+        grids = self.grids()
+        if not grids:
+            raise ValueError("grid: needs at least one grid")
+        for i, (engine, g) in enumerate(grids):
+            where = f"grid[{i}]." if isinstance(self.grid, list) else "grid."
+            if problems := g.problems(engine):
+                raise ValueError(where + problems[0])
+        return self
 
-def _format_error(path: Path | str, err: ValidationError) -> str:
-    first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
-    more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    def grids(self) -> list[tuple[EngineKind, Grid]]:
+        """(engine, grid) for each grid of the spec, in order."""
+        grids = self.grid if isinstance(self.grid, list) else [self.grid]
+        return [(g.engine or self.engine, g) for g in grids]
+
+    def engines(self) -> list[EngineKind]:
+        return list(dict.fromkeys(e for e, _ in self.grids()))
+
+
+_UNION_TAGS = ("Grid", "list[Grid]")  # how pydantic names the branches of `grid: Grid | list[Grid]` in a loc
+
+
+def _wrong_branch(loc: tuple, data: object) -> bool:  # type: ignore[type-arg]
+    """An error from the union branch the input's shape did not ask for (a list given, the Grid branch)."""
+    node = data
+    for part in loc:
+        if part in _UNION_TAGS:
+            return str(part).startswith("list[") != isinstance(node, list)
+        try:
+            node = node[part]  # type: ignore[index]
+        except (KeyError, IndexError, TypeError):
+            return False
+    return False
+
+
+def _format_error(path: Path | str, err: ValidationError, data: object = None) -> str:
+    errors = [e for e in err.errors() if not _wrong_branch(e["loc"], data)] or err.errors()
+    first = errors[0]
+    loc = ".".join(str(p) for p in first["loc"] if p not in _UNION_TAGS) or "(top level)"
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{path}: {loc}: {first['msg']}{more}"
 
 
@@ -182,7 +278,7 @@ def parse_spec(data: object, origin: str = "<spec>") -> SweepSpec:
     try:
         return SweepSpec.model_validate(data)
     except ValidationError as e:
-        raise SpecError(_format_error(origin, e)) from None
+        raise SpecError(_format_error(origin, e, data)) from None
 
 
 def load_spec(path: str | Path) -> SweepSpec:

@@ -111,12 +111,22 @@ class _Client:
         # in atlas.testing counts its injected delays from it.
         headers = {"X-Atlas-Sent": repr(time.perf_counter())}
         try:
-            async with self.session.post(self.url, json=body, headers=headers) as resp:
-                if resp.status != 200:
-                    rec.status = f"http_{resp.status}"
-                    rec.error = (await resp.text())[:300]
-                    return
-                await self._read_stream(resp, rec)
+            for attempt in (0, 1):
+                try:
+                    async with self.session.post(self.url, json=body, headers=headers) as resp:
+                        if resp.status != 200:
+                            rec.status = f"http_{resp.status}"
+                            rec.error = (await resp.text())[:300]
+                            return
+                        await self._read_stream(resp, rec)
+                        return
+                except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as e:
+                    # A pooled keep-alive connection the server had already closed (llama-server does): the
+                    # request never got an answer, so it is sent once more on a fresh connection, its clock
+                    # still running from the scheduled send. A refused connection (server down) is not retried.
+                    if attempt == 0 and rec.first_token_s is None and not isinstance(e, aiohttp.ClientConnectorError):
+                        continue
+                    raise
         except TimeoutError:
             rec.status, rec.error = "timeout", f"no complete answer within {self.point.request_timeout_s:g} s"
         except aiohttp.ClientPayloadError as e:
@@ -128,7 +138,6 @@ class _Client:
 
     async def _read_stream(self, resp: aiohttp.ClientResponse, rec: RequestRecord) -> None:
         clock = self.clock
-        seen_usage = 0
         done = False
         async for raw in resp.content:
             now = clock()
@@ -157,8 +166,12 @@ class _Client:
                     rec.usage_output_tokens = usage.get("completion_tokens")
                 continue
             if usage and usage.get("completion_tokens") is not None:
-                n = int(usage["completion_tokens"]) - seen_usage
-                seen_usage = int(usage["completion_tokens"])
+                # a running total: per chunk (vLLM's continuous usage) or only on the last chunk (llama-server),
+                # so what it adds is the total minus the tokens counted so far
+                total = int(usage["completion_tokens"])
+                n = total - rec.output_tokens
+                if choices[0].get("finish_reason"):
+                    rec.usage_output_tokens = total
             else:
                 n = 1 if text else 0
             if n <= 0:
@@ -177,8 +190,10 @@ class _Client:
             rec.status = "ok"
 
 
-async def run_load(base_url: str, model: str, point: LoadPoint, *, seed_offset: int = 0) -> LoadRun:
-    """Drive one load point against an OpenAI-compatible /v1/completions endpoint."""
+async def run_load(base_url: str, model: str, point: LoadPoint, *, seed_offset: int = 0,
+                   fresh_connections: bool = False) -> LoadRun:
+    """Drive one load point against an OpenAI-compatible /v1/completions endpoint. `fresh_connections`:
+    one TCP connection per request, for servers that close kept-alive connections (llama-server)."""
     n = point.num_requests + (point.warmup_requests if point.mode == LoadMode.CLOSED else 0)
     prompts = make_prompts(n, point.prompt_tokens, point.prompt_seed + seed_offset)
     t0 = time.perf_counter()
@@ -187,7 +202,7 @@ async def run_load(base_url: str, model: str, point: LoadPoint, *, seed_offset: 
         return time.perf_counter() - t0
 
     limit = point.concurrency if point.mode == LoadMode.CLOSED else (point.max_in_flight or 0)
-    connector = aiohttp.TCPConnector(limit=limit or 0, force_close=False)
+    connector = aiohttp.TCPConnector(limit=limit or 0, force_close=fresh_connections)
     timeout = aiohttp.ClientTimeout(total=point.request_timeout_s)
     url = base_url.rstrip("/") + "/v1/completions"
     started = time.time()

@@ -9,13 +9,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from atlas.config import LoadPoint, ModelSpec, ServerKnobs, SweepSpec
+from atlas.config import Grid, LoadPoint, ModelSpec, ServerKnobs, SweepSpec
 from atlas.hardware import GpuSpec
 from atlas.knobs import (
     DTYPE_FACTS,
     KV_BYTES_PER_ELEM,
     QUANT_FACTS,
     Dtype,
+    EngineKind,
     KVCacheDtype,
     LoadMode,
     Quantization,
@@ -68,14 +69,22 @@ def _digest(obj: object) -> str:
     return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
 
-def server_grid(spec: SweepSpec) -> list[ServerKnobs]:
-    g = spec.grid
+def grid_servers(g: Grid) -> list[ServerKnobs]:
     combos = itertools.product(g.dtype, g.quantization, g.kv_cache_dtype, g.max_num_seqs,
                                g.max_num_batched_tokens, g.enable_chunked_prefill, g.enable_prefix_caching,
-                               g.gpu_memory_utilization)
+                               g.gpu_memory_utilization, g.n_ubatch)
     return [ServerKnobs(dtype=d, quantization=q, kv_cache_dtype=kv, max_num_seqs=s, max_num_batched_tokens=b,
-                        enable_chunked_prefill=c, enable_prefix_caching=p, gpu_memory_utilization=u)
-            for d, q, kv, s, b, c, p, u in combos]
+                        enable_chunked_prefill=c, enable_prefix_caching=p, gpu_memory_utilization=u, n_ubatch=ub)
+            for d, q, kv, s, b, c, p, u, ub in combos]
+
+
+def server_grid(spec: SweepSpec) -> list[tuple[EngineKind, ServerKnobs]]:
+    """Every (engine, server config) of the spec's grids, in order, without repeats."""
+    out: dict[tuple[EngineKind, ServerKnobs], None] = {}
+    for engine, g in spec.grids():
+        for s in grid_servers(g):
+            out[(engine, s)] = None
+    return list(out)
 
 
 def load_points(spec: SweepSpec) -> list[LoadPoint]:
@@ -88,6 +97,8 @@ def load_points(spec: SweepSpec) -> list[LoadPoint]:
 def infeasible_reason(spec: SweepSpec, gpu: GpuSpec, s: ServerKnobs) -> str | None:
     """Why this server config cannot run on this GPU, or None. Only combinations known to be impossible
     are refused here; what the engine itself refuses is recorded from the engine as a failed run."""
+    if s.engine == EngineKind.LLAMACPP:
+        return _llamacpp_reason(s, gpu)
     q = s.quantization
     if q in (Quantization.AWQ, Quantization.GPTQ) and q not in spec.model.checkpoints:
         return f"no {q.value.upper()} checkpoint given (model.checkpoints.{q.value}: a pre-quantized folder or hub id)"
@@ -109,6 +120,15 @@ def infeasible_reason(spec: SweepSpec, gpu: GpuSpec, s: ServerKnobs) -> str | No
         return fit
     if s.kv_cache_dtype != KVCacheDtype.AUTO and s.dtype == Dtype.FLOAT32:
         return "fp8 KV cache with a float32 model is not supported by vLLM's GPU attention backends"
+    return None
+
+
+def _llamacpp_reason(s: ServerKnobs, gpu: GpuSpec) -> str | None:
+    if not gpu.is_cpu:
+        return f"the llama.cpp engine Atlas builds is CPU-only (no {gpu.key} backend compiled in)"
+    if s.n_ubatch is not None and s.max_num_batched_tokens is not None and s.n_ubatch > s.max_num_batched_tokens:
+        return (f"n_ubatch={s.n_ubatch} > n_batch (max_num_batched_tokens)={s.max_num_batched_tokens}: "
+                "llama.cpp's physical batch cannot exceed its logical batch")
     return None
 
 
@@ -135,10 +155,10 @@ def expand(spec: SweepSpec, gpu: GpuSpec) -> list[PlannedRun | SkippedRun]:
     """Every (server config x load point) of the spec, in a stable order; same spec, same list."""
     out: list[PlannedRun | SkippedRun] = []
     points = load_points(spec)
-    for server in server_grid(spec):
+    for engine, server in server_grid(spec):
         reason = infeasible_reason(spec, gpu, server)
         for lp in points:
-            cfg = RunConfig(engine=spec.engine.value, gpu=gpu.key, model=spec.model, server=server, load=lp)
+            cfg = RunConfig(engine=engine.value, gpu=gpu.key, model=spec.model, server=server, load=lp)
             if reason:
                 out.append(SkippedRun(run_id=cfg.run_id(), config=cfg, reason=reason))
             else:

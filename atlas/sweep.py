@@ -15,15 +15,16 @@ import yaml
 from atlas.config import ServerKnobs, SweepSpec
 from atlas.cost import cost_of
 from atlas.engines.base import EngineError, reason_from_log
-from atlas.engines.embedded import prepare_embedded_model
+from atlas.engines.embedded import prepare_embedded_model, sha256_file
+from atlas.engines.gguf import GgufError, llama_cpp_version, source_gguf, variant
 from atlas.engines.vllm import VllmEngine, vllm_version
 from atlas.evaluate import generate, perplexity
 from atlas.hardware import GpuSpec, check_gpu_present
-from atlas.knobs import DTYPE_FACTS, KVCacheDtype, Quantization
+from atlas.knobs import DTYPE_FACTS, QUANT_FACTS, REFERENCE_KV, EngineKind
 from atlas.lm_eval_adapter import is_lm_eval, run_task
 from atlas.loadgen import LoadRun, run_load, run_sync
 from atlas.metrics import LoadSummary, pooled_run, repeat_stat, summarize_load
-from atlas.plan import PlannedRun, SkippedRun, expand
+from atlas.plan import PlannedRun, RunConfig, SkippedRun, expand
 from atlas.provenance import base_provenance, git_sha, now_iso
 from atlas.quality import (
     QualityError,
@@ -61,34 +62,44 @@ class SweepReport:
         return out
 
 
-EngineFactory = Callable[[SweepSpec, GpuSpec, ServerKnobs, str, Path], Any]
+EngineFactory = Callable[[SweepSpec, GpuSpec, RunConfig, str, Path], Any]
+NumericsKey = tuple[str, str, str, str]
 
 
-def default_engine(spec: SweepSpec, gpu: GpuSpec, server: ServerKnobs, model_path: str, log_path: Path) -> Any:
-    return VllmEngine(server, model_path, served_name=spec.model.id, host=spec.host, port=spec.port,
+def default_engine(spec: SweepSpec, gpu: GpuSpec, cfg: RunConfig, model_path: str, log_path: Path) -> Any:
+    if cfg.engine == EngineKind.LLAMACPP:
+        from atlas.engines.llamacpp import LlamaCppEngine
+
+        return LlamaCppEngine(cfg.server, model_path, served_name=spec.model.id, host=spec.host, port=spec.port,
+                              max_model_len=spec.model.max_model_len, log_path=log_path,
+                              startup_timeout_s=spec.startup_timeout_s, env=spec.engine_env,
+                              extra_args=spec.extra_engine_args)
+    return VllmEngine(cfg.server, model_path, served_name=spec.model.id, host=spec.host, port=spec.port,
                       max_model_len=spec.model.max_model_len, on_cpu=gpu.is_cpu, log_path=log_path,
                       startup_timeout_s=spec.startup_timeout_s, env=spec.engine_env,
                       extra_args=spec.extra_engine_args)
 
 
-def numerics_key(s: ServerKnobs) -> tuple[str, str, str]:
+def numerics_key(s: ServerKnobs) -> NumericsKey:
     """What decides the numbers a model computes; scheduling knobs do not change greedy answers' kernels."""
-    return (s.dtype.value, s.quantization.value, s.kv_cache_dtype.value)
+    return (s.engine.value, s.dtype.value, s.quantization.value, s.kv_cache_dtype.value)
 
 
 def is_reference(s: ServerKnobs) -> bool:
-    return s.quantization == Quantization.NONE and s.kv_cache_dtype == KVCacheDtype.AUTO
+    """Unquantized weights and an unquantized KV cache: what the engine's quality baseline runs."""
+    return QUANT_FACTS[s.quantization].reference and s.kv_cache_dtype in REFERENCE_KV
 
 
 def order_groups(groups: dict[str, list[PlannedRun]]) -> list[list[PlannedRun]]:
-    """Baseline numerics first (unquantized, KV auto, most precise dtype), then the other numerics in spec
-    order; within one numerics key the server with the most sequences first, since it runs that key's
-    quality eval fastest."""
+    """Each engine's baseline numerics first (unquantized, KV auto, most precise dtype), then the other
+    numerics in spec order; within one numerics key the server with the most sequences first, since it runs
+    that key's quality eval fastest."""
     firsts = [(k, g[0].config.server) for k, g in groups.items()]
-    refs = [srv for _, srv in firsts if is_reference(srv)]
-    keys: list[tuple[str, str, str]] = []
-    if refs:
-        keys.append(numerics_key(max(refs, key=lambda srv: DTYPE_FACTS[srv.dtype].rank)))
+    keys: list[NumericsKey] = []
+    for engine in dict.fromkeys(srv.engine for _, srv in firsts):
+        refs = [srv for _, srv in firsts if srv.engine == engine and is_reference(srv)]
+        if refs:
+            keys.append(numerics_key(max(refs, key=lambda srv: DTYPE_FACTS[srv.dtype].rank)))
     keys += [numerics_key(srv) for _, srv in firsts if numerics_key(srv) not in keys]
     ordered = sorted(enumerate(firsts), key=lambda e: (keys.index(numerics_key(e[1][1])), -e[1][1].max_num_seqs, e[0]))
     return [groups[k] for _, (k, _) in ordered]
@@ -119,8 +130,8 @@ class _MetricsSampler(threading.Thread):
         self.stop_flag.set()
         self.join(timeout=5)
         out = {f"peak_{k.split(':', 1)[1]}": v for k, v in self.peak.items() if not k.endswith("_total")}
-        for k in ("vllm:num_preemptions_total", "vllm:prefix_cache_hits_total"):
-            if k in self.last:
+        for k in self.last:  # counters: what this point added
+            if k.endswith("_total"):
                 out[k.split(":", 1)[1].removesuffix("_total")] = self.last[k] - self.first.get(k, 0.0)
         return out
 
@@ -136,12 +147,13 @@ class Sweeper:
         self.provider = price_provider or spec.price_provider
         self.engine_factory = engine_factory or default_engine
         self.check_hardware = check_hardware
-        self.quality_by_key: dict[tuple[str, str, str], QualityResult] = {}
-        self.refused: dict[tuple[str, str, str], tuple[str, str, list[str]]] = {}
-        self.baseline: tuple[str, QualityResult] | None = None
+        self.quality_by_key: dict[NumericsKey, QualityResult] = {}
+        self.refused: dict[NumericsKey, tuple[str, str, list[str]]] = {}
+        self.baselines: dict[EngineKind, tuple[str, QualityResult]] = {}  # per engine: its own reference
         self.done = 0
         self.total = 0
         self._model: tuple[str, dict] | None = None  # type: ignore[type-arg]
+        self._gguf_source: tuple[Path, dict, str] | None = None  # type: ignore[type-arg]
         self._sha = git_sha()
 
     # ---------------------------------------------------------------------------------------------------
@@ -180,6 +192,8 @@ class Sweeper:
 
     def _model_path(self, server: ServerKnobs) -> tuple[str, dict]:  # type: ignore[type-arg]
         m = self.spec.model
+        if server.engine == EngineKind.LLAMACPP:
+            return self._gguf(server)
         if m.source == "embedded":
             if self._model is None:
                 self._emit("note", "preparing the embedded model (first run converts the GGUF, ~1 min)")
@@ -191,6 +205,22 @@ class Sweeper:
             return (m.path or "", {"revision": m.revision} if m.revision else {})
         return (ckpt, {"checkpoint": ckpt, "quantization": read_provenance(ckpt)})
 
+    def _gguf(self, server: ServerKnobs) -> tuple[str, dict]:  # type: ignore[type-arg]
+        """The GGUF of this weight type: a given file (model.checkpoints), else made from the source GGUF."""
+        given = self.spec.model.checkpoints.get(server.quantization)
+        if given:
+            path = Path(given).expanduser()
+            if not path.is_file():
+                raise GgufError(f"model.checkpoints.{server.quantization.value}: {given}: no such GGUF file")
+            return str(path), {"checkpoint": str(path), "sha256": sha256_file(path)}
+        if self._gguf_source is None:
+            src, src_prov = source_gguf(self.spec.model)
+            self._gguf_source = (src, src_prov, sha256_file(src))
+        src, src_prov, src_sha = self._gguf_source
+        self._emit("note", f"GGUF {server.quantization.value}: preparing (made once, then cached)")
+        path, prov = variant(src, server.quantization, src_sha)
+        return str(path), {**src_prov, "source_sha256": src_sha, "variant": prov}
+
     # ---------------------------------------------------------------------------------------------------
     def _run_group(self, group: list[PlannedRun]) -> list[RunResult]:
         server = group[0].config.server
@@ -199,21 +229,26 @@ class Sweeper:
             kept = [r for r in (self.store.get(p.run_id) for p in group) if r is not None]
             if kept and kept[0].quality and key not in self.quality_by_key:
                 self.quality_by_key[key] = kept[0].quality
-                if self.baseline is None and is_reference(server):
-                    self.baseline = (server.label(), kept[0].quality)
+                if server.engine not in self.baselines and is_reference(server):
+                    self.baselines[server.engine] = (server.label(), kept[0].quality)
             self.done += len(kept)
             self._emit("server", f"resume: kept {len(kept)} points of {server.label()}")
             return kept
-        model_path, model_files = self._model_path(server)
-        prov = base_provenance(self.spec.model.id, model_path, model_files, vllm_version(), self._sha)
+        engine_version = llama_cpp_version() if server.engine == EngineKind.LLAMACPP else vllm_version()
+        try:
+            model_path, model_files = self._model_path(server)
+        except GgufError as e:
+            prov = base_provenance(self.spec.model.id, "", {}, engine_version, self._sha)
+            return [self._fail(p, f"model weights not available: {e}", [], prov) for p in group]
+        prov = base_provenance(self.spec.model.id, model_path, model_files, engine_version, self._sha)
         if key in self.refused:
             label, reason, tail = self.refused[key]
             return [self._fail(p, f"{reason} (refused at start-up for {label}; same dtype/weights/KV cache)",
                                tail, prov) for p in group]
         self._emit("server", f"starting engine: {server.label()}")
         log_path = self.store.dir / "logs" / f"{group[0].config.server_key()}.log"
-        engine = self.engine_factory(self.spec, self.gpu, server, model_path, log_path)
         try:
+            engine = self.engine_factory(self.spec, self.gpu, group[0].config, model_path, log_path)
             engine.start()
         except EngineError as e:
             if e.kind == "refused":  # a configuration the engine rejects; OOM or a hung start may be transient
@@ -258,16 +293,20 @@ class Sweeper:
             for n in filter(is_lm_eval, names):
                 scores[n] = run_task(n, engine.base_url, engine.served_model, model_path or None,
                                      q.max_items_per_set, q.max_tokens)
-            ppl = perplexity(engine.base_url, engine.served_model, passage()) if q.perplexity else None
-        except QualityError as e:
+            ppl = None
+            if q.perplexity:  # an engine that computes it itself (llama.cpp) says so; else vLLM's prompt_logprobs
+                ppl = (engine.perplexity(passage()) if hasattr(engine, "perplexity")
+                       else perplexity(engine.base_url, engine.served_model, passage()))
+        except (QualityError, GgufError) as e:
             return f"quality could not be measured: {e}"
         result = build_result(outcomes, scores, ppl, server.label())
         base = None
-        if self.baseline is None and is_reference(server):
-            self.baseline = (server.label(), result)
-        elif self.baseline is not None:
-            base = self.baseline[1]
-            result = result.model_copy(update={"comparison": compare(result, base, self.baseline[0])})
+        known = self.baselines.get(server.engine)
+        if known is None and is_reference(server):
+            self.baselines[server.engine] = (server.label(), result)
+        elif known is not None:
+            base = known[1]
+            result = result.model_copy(update={"comparison": compare(result, base, known[0])})
         result = apply_gate(result, q.gate, base)
         self.quality_by_key[key] = result
         return result
@@ -291,7 +330,8 @@ class Sweeper:
         runs: list[LoadRun] = []
         try:
             for k in range(cfg.load.repeats):
-                runs.append(run_sync(run_load(engine.base_url, engine.served_model, cfg.load, seed_offset=k)))
+                runs.append(run_sync(run_load(engine.base_url, engine.served_model, cfg.load, seed_offset=k,
+                                              fresh_connections=getattr(engine, "fresh_connections", False))))
         finally:
             server_metrics = sampler.result()
         per_repeat = [summarize_load(r) for r in runs]

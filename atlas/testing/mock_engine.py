@@ -39,9 +39,9 @@ class MockEngine(ProcessEngine):
 
 
 def mock_factory(options_for: Any) -> Any:
-    """A Sweeper engine factory: options_for(server_knobs) -> MockOptions."""
+    """A Sweeper engine factory: options_for(server_knobs) -> MockOptions (the factory gets the RunConfig)."""
 
-    def make(spec: Any, gpu: Any, server: Any, model_path: str, log_path: Path) -> MockEngine:
-        return MockEngine(options_for(server), log_path)
+    def make(spec: Any, gpu: Any, cfg: Any, model_path: str, log_path: Path) -> MockEngine:
+        return MockEngine(options_for(cfg.server), log_path)
 
     return make

@@ -42,9 +42,9 @@ class Factory:
     def __init__(self, fn):
         self.fn, self.started = fn, 0
 
-    def __call__(self, spec, gpu, server, model_path, log_path):
+    def __call__(self, spec, gpu, cfg, model_path, log_path):
         self.started += 1
-        return self.fn(server, log_path)
+        return self.fn(cfg.server, log_path)
 
 
 def mock_factory():

@@ -1,0 +1,107 @@
+"""llama.cpp engine: `llama-server` (built from the sources llama-cpp-python 0.3.36 vendors) serving one GGUF
+with continuous batching over `--parallel` slots, behind the same OpenAI-compatible API the load generator
+measures vLLM with."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from atlas.config import ServerKnobs
+from atlas.engines.base import EngineError
+from atlas.engines.gguf import llama_cpp_version, perplexity
+from atlas.engines.process import ProcessEngine
+from atlas.engines.vllm import parse_prometheus
+from atlas.knobs import KVCacheDtype
+
+SERVER_ENV = "ATLAS_LLAMA_SERVER"
+
+
+def server_dir() -> Path:
+    """Where scripts/setup.sh puts llama-server and the shared libraries it was linked with."""
+    return Path(sys.prefix) / "lib" / "atlas-llama-server"
+
+
+def server_binary() -> Path:
+    path = Path(os.environ.get(SERVER_ENV) or server_dir() / "llama-server")
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise EngineError(f"llama-server not found at {path}: run scripts/setup.sh (it builds llama-cpp-python "
+                          f"0.3.36 with its server) or set {SERVER_ENV}", kind="launch")
+    return path
+
+
+def cache_type(kv: KVCacheDtype) -> str:
+    return "f16" if kv in (KVCacheDtype.AUTO, KVCacheDtype.F16) else kv.value
+
+
+def build_argv(server: ServerKnobs, gguf: str, *, binary: str, served_name: str, host: str, port: int,
+               max_model_len: int, threads: int | None = None, extra: list[str] | None = None) -> list[str]:
+    """The llama-server command line for one server config (list form: never through a shell)."""
+    slots = server.max_num_seqs
+    kv = cache_type(server.kv_cache_dtype)
+    argv = [binary, "--model", gguf, "--host", host, "--port", str(port), "--alias", served_name,
+            # the context is shared by the slots: each gets max_model_len tokens
+            "--ctx-size", str(max_model_len * slots), "--parallel", str(slots),
+            "--cache-type-k", kv, "--cache-type-v", kv,
+            "--flash-attn", "on",  # a quantized V cache needs flash attention; on for every config alike
+            "--metrics", "--no-webui", "--seed", "0"]
+    if server.max_num_batched_tokens is not None:
+        argv += ["--batch-size", str(server.max_num_batched_tokens)]
+    if server.n_ubatch is not None:
+        argv += ["--ubatch-size", str(server.n_ubatch)]
+    if threads is not None:
+        argv += ["--threads", str(threads)]
+    return argv + list(extra or [])
+
+
+SCRAPED = ("llamacpp:requests_processing", "llamacpp:requests_deferred", "llamacpp:n_decode_total",
+           "llamacpp:n_busy_slots_per_decode", "llamacpp:kv_cache_usage_ratio", "llamacpp:kv_cache_tokens")
+
+
+def server_version(binary: Path) -> str | None:
+    env = {**os.environ, "LD_LIBRARY_PATH": _lib_path(binary)}
+    try:
+        p = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30, env=env)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = [ln.strip() for ln in (p.stdout + p.stderr).splitlines() if ln.strip().startswith("version")]
+    return lines[0] if lines else None
+
+
+def _lib_path(binary: Path) -> str:
+    return os.pathsep.join(filter(None, [str(binary.parent), os.environ.get("LD_LIBRARY_PATH", "")]))
+
+
+class LlamaCppEngine(ProcessEngine):
+    """`llama-server` for one server config; perplexity through llama.cpp's library on the same GGUF."""
+
+    name = "llama-server"
+    # llama-server closes kept-alive connections after a streamed answer; a reused one fails to send
+    fresh_connections = True
+
+    def __init__(self, server: ServerKnobs, gguf: str, *, served_name: str, host: str, port: int,
+                 max_model_len: int, log_path: Path, startup_timeout_s: float = 300.0,
+                 env: dict[str, str] | None = None, extra_args: list[str] | None = None,
+                 gguf_provenance: dict | None = None):  # type: ignore[type-arg]
+        binary = server_binary()
+        argv = build_argv(server, gguf, binary=str(binary), served_name=served_name, host=host, port=port,
+                          max_model_len=max_model_len, extra=extra_args)
+        super().__init__(argv, served_name=served_name, host=host, port=port, log_path=log_path,
+                         startup_timeout_s=startup_timeout_s, env={"LD_LIBRARY_PATH": _lib_path(binary), **(env or {})})
+        self.server, self.gguf, self.binary = server, gguf, binary
+        self.gguf_provenance = gguf_provenance or {}
+
+    def scrape_metrics(self) -> dict[str, float]:
+        text = self._get("/metrics")
+        return parse_prometheus(text, SCRAPED) if text else {}
+
+    def perplexity(self, text: str) -> tuple[float, int]:
+        kv = cache_type(self.server.kv_cache_dtype)
+        return perplexity(Path(self.gguf), text, kv, kv)
+
+    def provenance(self) -> dict:  # type: ignore[type-arg]
+        return {"engine": f"llama-server ({server_version(self.binary) or 'unknown version'}, from "
+                          f"{llama_cpp_version() or 'llama-cpp-python'})",
+                "argv": self.argv[1:], "ready_s": self.ready_s, "gguf": self.gguf_provenance}

@@ -1,0 +1,65 @@
+"""llama.cpp knobs: spec validation per engine, the llama-server argv, run ids of vLLM configs unchanged."""
+
+import pytest
+
+from atlas.config import ServerKnobs, SpecError, parse_spec
+from atlas.engines.llamacpp import build_argv
+from atlas.hardware import get_gpu
+from atlas.knobs import KVCacheDtype, Quantization
+from atlas.plan import expand
+
+MODEL = {"id": "m", "source": "embedded"}
+
+
+def spec(grid, engine="llamacpp"):
+    return parse_spec({"name": "t", "engine": engine, "model": MODEL, "grid": grid})
+
+
+def test_argv_maps_every_knob():
+    s = ServerKnobs(quantization=Quantization.Q4_K_M, kv_cache_dtype=KVCacheDtype.Q4_0, max_num_seqs=4,
+                    max_num_batched_tokens=256, n_ubatch=64)
+    argv = build_argv(s, "/m.gguf", binary="/bin/llama-server", served_name="m", host="127.0.0.1", port=9,
+                      max_model_len=512)
+    pairs = dict(zip(argv[1::2], argv[2::2], strict=False))
+    assert argv[0] == "/bin/llama-server" and pairs["--model"] == "/m.gguf"
+    assert argv[argv.index("--parallel") + 1] == "4" and argv[argv.index("--ctx-size") + 1] == "2048"
+    assert argv[argv.index("--cache-type-k") + 1] == "q4_0" and argv[argv.index("--cache-type-v") + 1] == "q4_0"
+    assert argv[argv.index("--batch-size") + 1] == "256" and argv[argv.index("--ubatch-size") + 1] == "64"
+    assert argv[argv.index("--flash-attn") + 1] == "on" and "--metrics" in argv
+    auto = build_argv(ServerKnobs(quantization=Quantization.F16), "/m.gguf", binary="b", served_name="m",
+                      host="h", port=1, max_model_len=64)
+    assert auto[auto.index("--cache-type-k") + 1] == "f16" and "--batch-size" not in auto
+
+
+@pytest.mark.parametrize("grid, needle", [
+    ({"quantization": ["awq"]}, "llamacpp has no awq"),
+    ({"quantization": ["q4_0"], "kv_cache_dtype": ["fp8"]}, "llamacpp has no fp8"),
+    ({"quantization": ["q4_0"], "dtype": ["float32"]}, "dtype: has no meaning for llamacpp"),
+    ({"quantization": ["q4_0"], "enable_chunked_prefill": [True]}, "enable_chunked_prefill"),
+])
+def test_knobs_the_engine_lacks_are_one_line_spec_errors(grid, needle):
+    with pytest.raises(SpecError) as e:
+        spec(grid)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_vllm_refuses_gguf_types_and_ubatch():
+    with pytest.raises(SpecError, match="vllm has no q4_0"):
+        spec({"quantization": ["q4_0"]}, engine="vllm")
+    with pytest.raises(SpecError, match="n_ubatch"):
+        spec({"n_ubatch": [64]}, engine="vllm")
+
+
+def test_combined_spec_and_infeasible_ubatch():
+    s = spec([{"engine": "vllm", "dtype": ["float32"]},
+              {"quantization": ["q8_0"], "max_num_batched_tokens": [64], "n_ubatch": [32, 128]}])
+    items = expand(s, get_gpu("cpu"))
+    assert [i.config.engine for i in items] == ["vllm", "llamacpp", "llamacpp"]
+    assert items[2].kind == "skipped" and "n_ubatch=128 > n_batch" in items[2].reason
+    gpu_items = expand(spec({"quantization": ["q8_0"]}), get_gpu("h100"))
+    assert gpu_items[0].kind == "skipped" and "CPU-only" in gpu_items[0].reason
+
+
+def test_vllm_run_ids_do_not_change_with_the_new_field():
+    s = ServerKnobs()
+    assert "n_ubatch" not in s.model_dump() and ServerKnobs(n_ubatch=8).model_dump()["n_ubatch"] == 8
