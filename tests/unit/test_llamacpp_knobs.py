@@ -63,3 +63,30 @@ def test_combined_spec_and_infeasible_ubatch():
 def test_vllm_run_ids_do_not_change_with_the_new_field():
     s = ServerKnobs()
     assert "n_ubatch" not in s.model_dump() and ServerKnobs(n_ubatch=8).model_dump()["n_ubatch"] == 8
+
+
+def test_variants_are_made_from_f16_once_then_cached(tmp_path, monkeypatch):
+    from atlas.engines import gguf
+
+    monkeypatch.setenv("ATLAS_CACHE_DIR", str(tmp_path / "cache"))
+    calls = []
+
+    def fake_worker(cmd, src, dst, ftype, **kw):  # stands in for llama.cpp: writes a file per type
+        calls.append((src, ftype))
+        open(dst, "wb").write(ftype.encode() * 10)
+        return {"seconds": 0.0}
+
+    monkeypatch.setattr(gguf, "_run_worker", fake_worker)
+    src = tmp_path / "model.gguf"
+    src.write_bytes(b"GGUF source")
+    p4, prov4 = gguf.variant(src, Quantization.Q4_0)
+    assert [f for _, f in calls] == ["LLAMA_FTYPE_MOSTLY_F16", "LLAMA_FTYPE_MOSTLY_Q4_0"]
+    assert calls[1][0].endswith("f16.gguf") and prov4["made_from"] == "f16" and len(prov4["sha256"]) == 64
+    again, prov_again = gguf.variant(src, Quantization.Q4_0)
+    gguf.variant(src, Quantization.F16)
+    assert again == p4 and prov_again == prov4 and len(calls) == 2  # nothing remade
+    p4.write_bytes(b"truncated")  # a damaged cache file is remade, not served
+    gguf.variant(src, Quantization.Q4_0)
+    assert len(calls) == 3
+    with pytest.raises(gguf.GgufError, match="not a GGUF weight type"):
+        gguf.variant(src, Quantization.AWQ)
