@@ -28,12 +28,13 @@ from atlas.hardware import CONFIG_DIR, HardwareError, get_gpu
 from atlas.plan import SkippedRun, expand
 from atlas.quality import QualityError
 from atlas.results import ResultError, RunResult
+from atlas.search import SearchError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Atlas: a Pareto atlas of LLM inference optimizations.")
 console = Console(soft_wrap=True)
 err = Console(stderr=True)
 USER_ERRORS = (SpecError, HardwareError, ResultError, FrontierError, QualityError, EmbeddedModelError, EngineError,
-               GgufError)
+               GgufError, SearchError)
 
 
 def _fail(e: Exception) -> None:
@@ -56,6 +57,12 @@ def default_spec(gpu: str, engine: str | None = None) -> Path:
     return CONFIG_DIR / ("cpu-smollm2.yaml" if gpu == "cpu" else "qwen2.5-7b.yaml")
 
 
+def _progress_bar(name: str):  # type: ignore[no-untyped-def]
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[current]}"))
+    return Progress(*columns, console=console, transient=False)
+
+
 @app.command()
 def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embedded default for --gpu cpu"),
           gpu: str = typer.Option("cpu", help="cpu, l4, a100-40, a100-80, h100, h100-pcie, h200"),
@@ -63,22 +70,47 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
           resume: bool = typer.Option(False, help="keep finished points whose config is unchanged"),
           prices: str = typer.Option(None, "--price-provider", help="provider in configs/prices.yaml"),
           engine: str = typer.Option(None, help="vllm or llamacpp: the engine of grids that name none "
-                                                "(without SPEC: that engine's default CPU spec)")) -> None:
-    """Measure every point of a sweep and write one result file per point."""
-    from atlas.sweep import Sweeper, SweepEvent
-
+                                                "(without SPEC: that engine's default CPU spec)"),
+          strategy: str = typer.Option("grid", help="grid (every point, or the first BUDGET in sweep order), "
+                                                    "random, or optuna (a multi-objective study seeded by the simulator)"),
+          budget: int = typer.Option(None, min=1, help="measure at most this many points (all workers together)"),
+          sampler: str = typer.Option("tpe", help="optuna sampler: tpe or nsga2"),
+          seed: int = typer.Option(0, help="seed of the random order and the sampler"),
+          objective: list[str] = typer.Option([], help="METRIC:min|max the search optimizes, repeatable; "
+                                                       "default cost, p90 E2E, accuracy"),
+          storage: str = typer.Option(None, help="database URL of a shared study (postgresql://user:pw@host/db, "
+                                                 "sqlite:///study.db); other hosts join with `atlas worker`"),
+          study: str = typer.Option(None, help="study name (default: <sweep>-<gpu>)")) -> None:
+    """Measure every point of a sweep (or, with --strategy/--budget/--storage, search it) and write one
+    result file per point."""
     # SIGTERM unwinds like Ctrl-C, so the running engine's process group is stopped and its port freed
     # (results already written stay; --resume continues).
     signal.signal(signal.SIGTERM, _terminate)
+    searching = strategy != "grid" or budget is not None or storage is not None
     try:
         path = spec or default_spec(gpu, engine)
         s = load_spec(path)
         s = parse_spec({**s.model_dump(mode="json", exclude_unset=True), "gpu": gpu,
                         **({"engine": engine} if engine else {})}, str(path))
         g = get_gpu(gpu)
-        columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[current]}"))
-        with Progress(*columns, console=console, transient=False) as bar:
+        if searching:
+            from atlas.search.settings import SearchSettings
+
+            if strategy not in ("grid", "random", "optuna") or sampler not in ("tpe", "nsga2"):
+                raise SpecError(f"unknown --strategy {strategy!r} or --sampler {sampler!r}")
+            if resume:
+                raise SpecError("--resume is for full sweeps; a search resumes from its study "
+                                "(--storage sqlite:///study.db keeps one on disk)")
+            settings = SearchSettings(strategy=strategy, budget=budget, sampler=sampler, seed=seed,  # type: ignore[arg-type]
+                                      **({"objectives": [parse_objective(o) for o in objective]} if objective else {}))
+            from atlas.search.run import run_search
+
+            _search(lambda say: run_search(s, g, results, settings, storage, study, progress=say,
+                                           price_provider=prices))
+            return
+        from atlas.sweep import Sweeper, SweepEvent
+
+        with _progress_bar(s.name) as bar:
             task = bar.add_task(s.name, total=None, current="")
 
             def on_event(e: SweepEvent) -> None:
@@ -96,6 +128,50 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
         raise typer.Exit(130) from None
     counts = ", ".join(f"{k} {v}" for k, v in sorted(report.counts().items()))
     console.print(f"{len(report.results)} points in {report.wall_s:.0f} s ({counts}) -> {report.results_dir}")
+
+
+def _search(work):  # type: ignore[no-untyped-def]
+    """Runs a search (sweep --strategy/--budget/--storage, or worker) and prints what it measured."""
+    try:
+        rep = work(lambda m: console.print(f"  {m}", highlight=False))
+    except USER_ERRORS as e:
+        _fail(e)
+    except KeyboardInterrupt:
+        err.print("interrupted: the engine was stopped; measured points are kept in the results and the study")
+        raise typer.Exit(130) from None
+    counts: dict[str, int] = {}
+    for r in rep.measured_here:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    here = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"
+    console.print(f"study {rep.study}: {rep.stopped}; this worker measured {len(rep.measured_here)} of "
+                  f"{rep.planned} planned points ({here}) in {rep.wall_s:.0f} s; {rep.skipped} skipped before "
+                  f"measuring, {rep.excluded} excluded with their numerics -> {rep.results_dir}")
+
+
+@app.command()
+def worker(storage: str = typer.Option(..., help="database URL of the study (as given to `atlas sweep --storage`)"),
+           study: str = typer.Option(..., help="study name"),
+           results: Path = typer.Option(Path("results"), help="where this host writes its results"),
+           prices: str = typer.Option(None, "--price-provider", help="provider in configs/prices.yaml")) -> None:
+    """Join a search study in a database and measure its points beside the other workers."""
+    from atlas.search.run import run_worker
+
+    signal.signal(signal.SIGTERM, _terminate)
+    _search(lambda say: run_worker(storage, study, results, progress=say, price_provider=prices))
+
+
+@app.command()
+def collect(storage: str = typer.Option(..., help="database URL of the study"),
+            study: str = typer.Option(..., help="study name"),
+            results: Path = typer.Option(Path("results"), help="results root; the study's sweep goes to RESULTS/<sweep>/")) -> None:
+    """Write every worker's results of a study into one results folder (then `atlas frontier`)."""
+    from atlas.search.run import collect as collect_results
+
+    try:
+        folder, n = collect_results(storage, study, results)
+    except USER_ERRORS as e:
+        _fail(e)
+    console.print(f"{n} measured results of study {study} -> {folder}")
 
 
 def _site(results_dir: Path, out: Path, objectives: list[str], slo: list[str], show: bool) -> None:

@@ -40,6 +40,12 @@ class Constraint(BaseModel):
         return " and ".join(parts)
 
 
+# What "better" means when nobody says: cheaper, faster for the slowest tenth of requests, more accurate.
+DEFAULT_OBJECTIVES = [Objective(metric="usd_per_m_output", sense="min"),
+                      Objective(metric="e2e_p90_ms", sense="min"),
+                      Objective(metric="accuracy", sense="max")]
+
+
 def parse_constraint(text: str) -> Constraint:
     """'ttft_p99_ms<=500' or 'accuracy>=0.6'."""
     for op in ("<=", ">="):

@@ -105,6 +105,23 @@ def order_groups(groups: dict[str, list[PlannedRun]]) -> list[list[PlannedRun]]:
     return [groups[k] for _, (k, _) in ordered]
 
 
+@dataclass
+class _Live:
+    """A started engine, kept for the points of its server config."""
+    key: str
+    engine: Any
+    prov: Provenance
+    quality: QualityResult | str | None
+
+
+@dataclass
+class _Refusal:
+    """Why a server config could not be started (its points are recorded as failed)."""
+    reason: str
+    tail: list[str]
+    prov: Provenance
+
+
 class _MetricsSampler(threading.Thread):
     """Polls the engine's /metrics while load runs: peak running/waiting/KV usage, preemptions."""
 
@@ -148,7 +165,9 @@ class Sweeper:
         self.engine_factory = engine_factory or default_engine
         self.check_hardware = check_hardware
         self.quality_by_key: dict[NumericsKey, QualityResult] = {}
-        self.refused: dict[NumericsKey, tuple[str, str, list[str]]] = {}
+        self.refused_keys: dict[NumericsKey, tuple[str, str, list[str]]] = {}
+        self._live: _Live | None = None
+        self.on_quality: Callable[[NumericsKey, str, QualityResult], None] | None = None
         self.baselines: dict[EngineKind, tuple[str, QualityResult]] = {}  # per engine: its own reference
         self.done = 0
         self.total = 0
@@ -157,29 +176,68 @@ class Sweeper:
         self._sha = git_sha()
 
     # ---------------------------------------------------------------------------------------------------
-    def run(self) -> SweepReport:
-        t0 = time.monotonic()
+    def prepare(self) -> list[PlannedRun | SkippedRun]:
+        """Checks the hardware, expands the spec and writes the spec beside the results; no engine starts."""
         if self.check_hardware:
             check_gpu_present(self.gpu)
         items = expand(self.spec, self.gpu)
         self.total = len(items)
-        report = SweepReport(results_dir=self.store.dir)
         self.store.dir.mkdir(parents=True, exist_ok=True)
         (self.store.dir / "sweep-spec.yaml").write_text(yaml.safe_dump(self.spec.model_dump(mode="json"),
                                                                        sort_keys=False))
+        return items
+
+    def run(self) -> SweepReport:
+        t0 = time.monotonic()
+        items = self.prepare()
+        report = SweepReport(results_dir=self.store.dir)
         self._emit("planned", f"{self.total} points planned ({sum(isinstance(i, SkippedRun) for i in items)} skipped)")
         groups: dict[str, list[PlannedRun]] = {}
         for item in items:
             if isinstance(item, SkippedRun):
-                report.results.append(self._write(RunResult(
-                    run_id=item.run_id, sweep=self.spec.name, status="skipped", reasons=[item.reason],
-                    label=item.config.label(), config=item.config)))
+                report.results.append(self.write_skipped(item))
             else:
                 groups.setdefault(item.config.server_key(), []).append(item)
         for group in order_groups(groups):
             report.results += self._run_group(group)
         report.wall_s = time.monotonic() - t0
         return report
+
+    def write_skipped(self, item: SkippedRun) -> RunResult:
+        return self._write(RunResult(run_id=item.run_id, sweep=self.spec.name, status="skipped",
+                                     reasons=[item.reason], label=item.config.label(), config=item.config))
+
+    def measure(self, planned: PlannedRun) -> RunResult:
+        """One point (a search's unit of work). Its engine stays up for the next point with the same server
+        config; call close() when done."""
+        live = self._live
+        if live is None or live.key != planned.config.server_key():
+            self.close()
+            opened = self._open(planned.config)
+            if isinstance(opened, _Refusal):
+                return self._fail(planned, opened.reason, opened.tail, opened.prov)
+            live = self._live = opened
+        result = self._measure_on(live, [planned])[0]
+        if not live.engine.alive():
+            self.close()
+        return result
+
+    def close(self) -> None:
+        """Stops the engine kept up by measure()."""
+        if self._live is not None:
+            live, self._live = self._live, None
+            live.engine.stop()
+
+    def adopt_quality(self, key: NumericsKey, label: str, result: QualityResult, baseline: bool) -> None:
+        """A quality result measured elsewhere (another worker of a search) for these numerics; with
+        `baseline`, it is what this engine's other numerics are compared with."""
+        self.quality_by_key.setdefault(key, result)
+        if baseline:
+            self.baselines.setdefault(EngineKind(key[0]), (label, result))
+
+    def refused(self, server: ServerKnobs) -> bool:
+        """Whether the engine refused this server's numerics at start-up (every config sharing them fails)."""
+        return numerics_key(server) in self.refused_keys
 
     def _emit(self, kind: str, message: str, status: str | None = None) -> None:
         self.progress(SweepEvent(kind=kind, done=self.done, total=self.total, message=message, status=status))
@@ -234,40 +292,56 @@ class Sweeper:
             self.done += len(kept)
             self._emit("server", f"resume: kept {len(kept)} points of {server.label()}")
             return kept
+        opened = self._open(group[0].config)
+        if isinstance(opened, _Refusal):
+            return [self._fail(p, opened.reason, opened.tail, opened.prov) for p in group]
+        self._live = opened
+        try:
+            return self._measure_on(opened, group)
+        finally:
+            self.close()
+
+    def _open(self, cfg: RunConfig) -> _Live | _Refusal:
+        """Starts the engine of this server config and evaluates its numerics' quality (once per numerics)."""
+        server = cfg.server
+        key = numerics_key(server)
         engine_version = llama_cpp_version() if server.engine == EngineKind.LLAMACPP else vllm_version()
         try:
             model_path, model_files = self._model_path(server)
         except GgufError as e:
             prov = base_provenance(self.spec.model.id, "", {}, engine_version, self._sha)
-            return [self._fail(p, f"model weights not available: {e}", [], prov) for p in group]
+            return _Refusal(f"model weights not available: {e}", [], prov)
         prov = base_provenance(self.spec.model.id, model_path, model_files, engine_version, self._sha)
-        if key in self.refused:
-            label, reason, tail = self.refused[key]
-            return [self._fail(p, f"{reason} (refused at start-up for {label}; same dtype/weights/KV cache)",
-                               tail, prov) for p in group]
+        if key in self.refused_keys:
+            label, reason, tail = self.refused_keys[key]
+            return _Refusal(f"{reason} (refused at start-up for {label}; same dtype/weights/KV cache)", tail, prov)
         self._emit("server", f"starting engine: {server.label()}")
-        log_path = self.store.dir / "logs" / f"{group[0].config.server_key()}.log"
+        log_path = self.store.dir / "logs" / f"{cfg.server_key()}.log"
         try:
-            engine = self.engine_factory(self.spec, self.gpu, group[0].config, model_path, log_path)
+            engine = self.engine_factory(self.spec, self.gpu, cfg, model_path, log_path)
             engine.start()
         except EngineError as e:
             if e.kind == "refused":  # a configuration the engine rejects; OOM or a hung start may be transient
-                self.refused[key] = (server.label(), e.reason, e.log_tail)
-            return [self._fail(p, f"engine failed to start: {e.reason}", e.log_tail, prov) for p in group]
+                self.refused_keys[key] = (server.label(), e.reason, e.log_tail)
+            return _Refusal(f"engine failed to start: {e.reason}", e.log_tail, prov)
         try:
             prov.engine = engine.provenance()
             quality = self._quality(engine, server, model_path)
-            out = []
-            for i, planned in enumerate(group):
-                if not engine.alive():
-                    tail = engine.log_tail(60)
-                    reason = reason_from_log(tail, "engine process died")
-                    out += [self._fail(p, f"engine died during the sweep: {reason}", tail, prov) for p in group[i:]]
-                    break
-                out.append(self._measure(engine, planned, quality, prov))
-            return out
-        finally:
+        except BaseException:
             engine.stop()
+            raise
+        return _Live(cfg.server_key(), engine, prov, quality)
+
+    def _measure_on(self, live: _Live, group: list[PlannedRun]) -> list[RunResult]:
+        out: list[RunResult] = []
+        for i, planned in enumerate(group):
+            if not live.engine.alive():
+                tail = live.engine.log_tail(60)
+                reason = reason_from_log(tail, "engine process died")
+                out += [self._fail(p, f"engine died during the sweep: {reason}", tail, live.prov) for p in group[i:]]
+                break
+            out.append(self._measure(live.engine, planned, live.quality, live.prov))
+        return out
 
     def _fail(self, planned: PlannedRun, reason: str, tail: list[str], prov: Provenance) -> RunResult:
         return self._write(RunResult(run_id=planned.run_id, sweep=self.spec.name, status="failed", reasons=[reason],
@@ -309,6 +383,8 @@ class Sweeper:
             result = result.model_copy(update={"comparison": compare(result, base, known[0])})
         result = apply_gate(result, q.gate, base)
         self.quality_by_key[key] = result
+        if self.on_quality is not None:
+            self.on_quality(key, server.label(), result)
         return result
 
     def _measure(self, engine: Any, planned: PlannedRun, quality: QualityResult | str | None,

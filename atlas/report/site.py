@@ -11,15 +11,12 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from plotly.offline import get_plotlyjs
 
 from atlas import __version__
-from atlas.frontier import Constraint, Objective, compute_frontier
+from atlas.frontier import DEFAULT_OBJECTIVES, Constraint, Objective, compute_frontier
 from atlas.knobs import DTYPE_FACTS, Dtype
 from atlas.report.figures import pair_scatter, scatter3d, speedup_bars
 from atlas.results import RunResult
 from atlas.table import METRICS, metric_label, results_frame
 
-DEFAULT_OBJECTIVES = [Objective(metric="usd_per_m_output", sense="min"),
-                      Objective(metric="e2e_p90_ms", sense="min"),
-                      Objective(metric="accuracy", sense="max")]
 TABLE_COLUMNS = ["status", "gpu", "engine", "dtype", "quantization", "kv_cache_dtype", "max_num_seqs", "load",
                  "usd_per_m_output", "output_tok_s", "ttft_p50_ms", "tpot_p50_ms", "e2e_p50_ms", "e2e_p99_ms",
                  "accuracy", "perplexity", "agreement", "on_frontier", "source", "extrapolated", "reason"]

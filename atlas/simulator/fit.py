@@ -136,7 +136,9 @@ def numerics_of(r: RunResult) -> tuple[str, str, str]:
 
 
 def fit(results: list[RunResult], name: str, spec_model: ModelSpec | None = None,
-        progress: Callable[[str], None] | None = None) -> CalibrationArtifact:
+        progress: Callable[[str], None] | None = None, cross_validate: bool = True) -> CalibrationArtifact:
+    """One calibration group per engine x GPU x numerics. `cross_validate=False` skips the leave-one-config-out error
+    (one fit per held-out config): a search refitting as it measures needs the efficiencies, not the audit."""
     usable = [r for r in results if r.source == "measured" and r.status == "ok" and r.metrics is not None]
     if not usable:
         raise SimulatorError("no measured results with status ok to fit")
@@ -151,7 +153,7 @@ def fit(results: list[RunResult], name: str, spec_model: ModelSpec | None = None
         eff = fit_efficiencies(points)
         configs = sorted({r.config.server_key() for r in rs})
         loco: dict[str, float | None] = {k: None for k in REPORTED}
-        if len(configs) > 1:
+        if cross_validate and len(configs) > 1:
             errs: dict[str, list[float]] = {k: [] for k in REPORTED}
             for held in configs:
                 train = [p for p in points if p[0].config.server_key() != held]

@@ -1,0 +1,58 @@
+"""A Measurer that replays a recorded full-grid sweep: search strategies can be compared on real
+measurements without measuring again (benchmarks/search_efficiency.py, tests)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from atlas.config import ServerKnobs
+from atlas.frontier import Objective, hypervolume
+from atlas.plan import PlannedRun
+from atlas.results import RunResult
+from atlas.search import SearchError
+from atlas.sweep import numerics_key
+from atlas.table import METRICS
+
+
+class ReplayMeasurer:
+    def __init__(self, recorded: list[RunResult]):
+        self.by_id = {r.run_id: r for r in recorded if r.source == "measured" and r.status != "skipped"}
+        # The recorded sweep's refusals: a failed start with the engine's own reason, shared by its numerics.
+        self._refused = {numerics_key(r.config.server) for r in self.by_id.values()
+                         if r.status == "failed" and any(x.startswith("engine failed to start") for x in r.reasons)}
+        self.measured: list[str] = []
+
+    def measure(self, planned: PlannedRun) -> RunResult:
+        r = self.by_id.get(planned.run_id)
+        if r is None:
+            raise SearchError(f"the recording has no result for {planned.config.label()} (run {planned.run_id})")
+        self.measured.append(planned.run_id)
+        return r
+
+    def refused(self, server: ServerKnobs) -> bool:
+        return numerics_key(server) in self._refused
+
+
+def hypervolume_fraction(subset: list[RunResult], full: list[RunResult], objectives: list[Objective]) -> float:
+    """Hypervolume of the frontier of `subset` over that of `full` (the whole grid), both over the points the
+    frontier admits (status ok, every objective measured), in objectives scaled to [0, 1] by the whole grid's
+    range with the reference point at 1.1."""
+    def matrix(rs: list[RunResult]) -> np.ndarray:
+        rows = []
+        for r in rs:
+            if r.status != "ok":
+                continue
+            vals = [METRICS[o.metric][2](r) for o in objectives]
+            if all(v is not None and v == v for v in vals):
+                rows.append([float(v or 0.0) * (1 if o.sense == "min" else -1) for v, o in zip(vals, objectives, strict=True)])
+        return np.asarray(rows, dtype=float).reshape(-1, len(objectives))
+
+    whole = matrix(full)
+    if not len(whole):
+        raise SearchError("the whole grid has no point the frontier admits")
+    lo, hi = whole.min(axis=0), whole.max(axis=0)
+    span = np.where(hi > lo, hi - lo, 1.0)
+    ref = np.full(len(objectives), 1.1)
+    part = matrix(subset)
+    total = hypervolume((whole - lo) / span, ref)
+    return hypervolume((part - lo) / span, ref) / total if len(part) else 0.0

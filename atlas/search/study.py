@@ -1,0 +1,130 @@
+"""The Optuna study a search lives in: in memory for one process, or in a database (PostgreSQL) shared by
+workers on many hosts. The study carries the spec, GPU and settings, so a worker needs only its address;
+a worker's heartbeat lets the others fail and retry the trial of one that died."""
+
+from __future__ import annotations
+
+import re
+import threading
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Literal
+
+import optuna
+from optuna.storages import BaseStorage, InMemoryStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
+
+from atlas.config import SweepSpec, parse_spec
+from atlas.search import SearchError
+from atlas.search.settings import SearchSettings
+
+HEARTBEAT_S = 10  # a worker marks its running trial alive this often
+GRACE_S = 60  # after this long without a heartbeat, another worker fails the trial and queues it again
+MAX_RETRIES = 2  # a point whose worker died this many times is left for a person to look at
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def redact(url: str) -> str:
+    """A storage address without its password, for messages."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+class StudyHandle:
+    """A study and the storage behind it (kept to send heartbeats)."""
+
+    def __init__(self, study: optuna.Study, storage: BaseStorage, spec: SweepSpec, gpu: str,
+                 settings: SearchSettings):
+        self.study, self.storage, self.spec, self.gpu, self.settings = study, storage, spec, gpu, settings
+
+    @property
+    def shared(self) -> bool:
+        return isinstance(self.storage, RDBStorage)
+
+    @contextmanager
+    def heartbeat(self, trial: optuna.trial.Trial) -> Iterator[None]:
+        """Marks the trial alive every HEARTBEAT_S while the block runs (database studies only)."""
+        if not isinstance(self.storage, RDBStorage):
+            yield
+            return
+        stop = threading.Event()
+        storage = self.storage
+        trial_id = trial._trial_id  # Optuna's own heartbeat thread uses the same id
+
+        def beat() -> None:
+            while True:
+                try:
+                    storage.record_heartbeat(trial_id)
+                except Exception:  # a passing database error: the next beat tries again
+                    pass
+                if stop.wait(storage.heartbeat_interval or HEARTBEAT_S):
+                    return
+
+        t = threading.Thread(target=beat, name="atlas-heartbeat", daemon=True)
+        t.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            t.join(timeout=5)
+
+
+def _storage(url: str | None, heartbeat_s: int, grace_s: int) -> BaseStorage:
+    if url is None:
+        return InMemoryStorage()
+    if not re.match(r"^[a-z0-9+]+://", url):
+        raise SearchError(f"--storage {url!r}: expected a database URL such as postgresql://user:pw@host/db")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        try:
+            return RDBStorage(url, heartbeat_interval=heartbeat_s, grace_period=grace_s,
+                              heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES),
+                              engine_kwargs={"pool_pre_ping": True})
+        except Exception as e:  # SQLAlchemy raises many kinds (driver missing, refused, auth)
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise SearchError(f"{redact(url)}: cannot open the study storage: {first}") from None
+
+
+def _directions(settings: SearchSettings) -> list[Literal["minimize", "maximize"]]:
+    return ["minimize" if o.sense == "min" else "maximize" for o in settings.objectives]
+
+
+def create_study(spec: SweepSpec, gpu: str, settings: SearchSettings, storage_url: str | None = None,
+                 name: str | None = None, heartbeat_s: int = HEARTBEAT_S, grace_s: int = GRACE_S) -> StudyHandle:
+    """A new study for this spec on this GPU, or the existing one of that name if it was made for the same
+    spec, GPU and settings (so the command that made it can be run again to add a worker)."""
+    storage = _storage(storage_url, heartbeat_s, grace_s)
+    name = name or f"{spec.name}-{gpu}"
+    attrs = {"atlas:spec": spec.model_dump(mode="json"), "atlas:gpu": gpu,
+             "atlas:settings": settings.model_dump(mode="json")}
+    try:
+        study = optuna.create_study(storage=storage, study_name=name, directions=_directions(settings),
+                                    load_if_exists=True)
+    except Exception as e:
+        raise SearchError(f"study {name!r}: cannot be created: {str(e).splitlines()[0]}") from None
+    existing = study.user_attrs
+    if "atlas:spec" in existing:
+        for k, v in attrs.items():
+            if existing.get(k) != v:
+                raise SearchError(f"study {name!r} already exists with another {k.split(':')[1]}; "
+                                  "give another --study name, or join it with `atlas worker`")
+    else:
+        for k, v in attrs.items():
+            study.set_user_attr(k, v)
+    return StudyHandle(study, storage, spec, gpu, settings)
+
+
+def join_study(storage_url: str, name: str, heartbeat_s: int = HEARTBEAT_S, grace_s: int = GRACE_S) -> StudyHandle:
+    """An existing study, with the spec, GPU and settings it was made with."""
+    storage = _storage(storage_url, heartbeat_s, grace_s)
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        raise SearchError(f"no study {name!r} in {redact(storage_url)} (start one with `atlas sweep "
+                          "--strategy ... --storage ...`)") from None
+    attrs: dict[str, Any] = study.user_attrs
+    if "atlas:spec" not in attrs:
+        raise SearchError(f"study {name!r} in {redact(storage_url)} was not made by Atlas")
+    spec = parse_spec(attrs["atlas:spec"], f"study {name}")
+    settings = SearchSettings.model_validate(attrs["atlas:settings"])
+    return StudyHandle(study, storage, spec, str(attrs["atlas:gpu"]), settings)
