@@ -16,7 +16,7 @@ from typing import Protocol
 
 import optuna
 from optuna.samplers import BaseSampler, NSGAIISampler, TPESampler
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from atlas.config import ServerKnobs
 from atlas.knobs import DTYPE_FACTS
@@ -102,11 +102,17 @@ class Snapshot:
     quality: set[NumericsKey] = field(default_factory=set)
 
 
+def trial_point(space: SearchSpace, t: FrozenTrial) -> int | None:
+    """The planned point a trial measures; a trial popped from the queue names it (fixed_params) before its
+    parameters are set, so another worker sees it taken at once."""
+    return space.index_of(t.params or t.system_attrs.get("fixed_params") or {})
+
+
 def read_snapshot(handle: StudyHandle, space: SearchSpace, parsed: dict[int, RunResult]) -> Snapshot:
     """The study's trials as indices into the space; `parsed` caches results by trial number."""
     snap = Snapshot()
     for t in handle.study.get_trials(deepcopy=False):
-        idx = space.index_of(t.params)
+        idx = trial_point(space, t)
         if idx is None:
             continue
         if t.state == TrialState.RUNNING:
@@ -208,7 +214,9 @@ class Worker:
                 continue
             if want is not None:
                 self.h.study.enqueue_trial(self.space.params(want), skip_if_exists=False)
-            trial = self.h.study.ask(self.space.distributions)
+            with warnings.catch_warnings():  # "heartbeat is meant for optimize()": this loop beats itself
+                warnings.simplefilter("ignore", UserWarning)
+                trial = self.h.study.ask(self.space.distributions)
             idx = self.space.index_of(trial.params)
             if idx is None or idx not in allowed:
                 # The sampler proposed a point not in the grid, measured or taken (or another worker queued it):
@@ -218,11 +226,24 @@ class Worker:
                 if near is not None and want is None:
                     self.h.study.enqueue_trial(self.space.params(near))
                 continue
+            if not self._claim(trial, idx):
+                self.h.study.tell(trial, state=TrialState.PRUNED)  # another worker asked for it first
+                continue
             if "worker" in trial.user_attrs:
                 origin = "retry"  # a dead worker's point, queued again (with its attributes) by the heartbeat check
             elif idx != want:
                 origin = "queued" if want is not None else origin
             self._measure(trial, idx, origin)
+
+    def _claim(self, trial: optuna.trial.Trial, idx: int) -> bool:
+        """Two workers can ask for the same point at once (both chose it before either started): the trial
+        with the lower number measures it, the other gives way; a point measured meanwhile is not redone."""
+        for t in self.h.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.COMPLETE,
+                                                                 TrialState.FAIL)):
+            if t.number != trial.number and trial_point(self.space, t) == idx and (
+                    "result" in t.user_attrs or (t.state == TrialState.RUNNING and t.number < trial.number)):
+                return False
+        return True
 
     def _measure(self, trial: optuna.trial.Trial, idx: int, origin: str) -> None:
         planned = self.space.points[idx]

@@ -96,7 +96,7 @@ def create_study(spec: SweepSpec, gpu: str, settings: SearchSettings, storage_ur
     storage = _storage(storage_url, heartbeat_s, grace_s)
     name = name or f"{spec.name}-{gpu}"
     attrs = {"atlas:spec": spec.model_dump(mode="json"), "atlas:gpu": gpu,
-             "atlas:settings": settings.model_dump(mode="json")}
+             "atlas:settings": settings.model_dump(mode="json"), "atlas:heartbeat": [heartbeat_s, grace_s]}
     try:
         study = optuna.create_study(storage=storage, study_name=name, directions=_directions(settings),
                                     load_if_exists=True)
@@ -114,17 +114,19 @@ def create_study(spec: SweepSpec, gpu: str, settings: SearchSettings, storage_ur
     return StudyHandle(study, storage, spec, gpu, settings)
 
 
-def join_study(storage_url: str, name: str, heartbeat_s: int = HEARTBEAT_S, grace_s: int = GRACE_S) -> StudyHandle:
-    """An existing study, with the spec, GPU and settings it was made with."""
-    storage = _storage(storage_url, heartbeat_s, grace_s)
+def join_study(storage_url: str, name: str) -> StudyHandle:
+    """An existing study, with the spec, GPU, settings and heartbeat timing it was made with."""
+    probe = _storage(storage_url, HEARTBEAT_S, GRACE_S)
     try:
-        study = optuna.load_study(study_name=name, storage=storage)
+        attrs: dict[str, Any] = optuna.load_study(study_name=name, storage=probe).user_attrs
     except KeyError:
         raise SearchError(f"no study {name!r} in {redact(storage_url)} (start one with `atlas sweep "
                           "--strategy ... --storage ...`)") from None
-    attrs: dict[str, Any] = study.user_attrs
     if "atlas:spec" not in attrs:
         raise SearchError(f"study {name!r} in {redact(storage_url)} was not made by Atlas")
+    heartbeat_s, grace_s = attrs.get("atlas:heartbeat", [HEARTBEAT_S, GRACE_S])
+    storage = _storage(storage_url, int(heartbeat_s), int(grace_s))  # every worker fails stale trials alike
+    study = optuna.load_study(study_name=name, storage=storage)
     spec = parse_spec(attrs["atlas:spec"], f"study {name}")
     settings = SearchSettings.model_validate(attrs["atlas:settings"])
     return StudyHandle(study, storage, spec, str(attrs["atlas:gpu"]), settings)
