@@ -27,10 +27,12 @@ class _M(BaseModel):
 
 class EvalItem(_M):
     id: str
-    kind: Literal["numeric", "choice"]
+    kind: Literal["numeric", "choice", "code"]
     question: str
-    answer: str
+    answer: str  # code: the reference solution (not shown to the model)
     choices: list[str] | None = None
+    test: str | None = None  # code: the tests that decide it, run in a sandbox
+    entry_point: str | None = None  # code: the function the tests call
 
 
 class ItemOutcome(_M):
@@ -109,12 +111,21 @@ def read_jsonl(path: Path | str, origin: str | None = None) -> list[EvalItem]:
 
 
 def load_set(name: str) -> list[EvalItem]:
-    """A built-in set by name ('arith', 'mc') or a local JSONL file path in the same shape."""
+    """A built-in set by name ('arith', 'mc', 'humaneval') or a local JSONL file path in the same shape."""
     if name.endswith(".jsonl"):
         return read_jsonl(name)
+    if name == "humaneval":
+        from atlas.humaneval import HumanEvalError, problems
+
+        try:
+            return [EvalItem(id=p.task_id, kind="code", question=p.prompt, answer=p.canonical_solution,
+                             test=p.test, entry_point=p.entry_point) for p in problems()]
+        except HumanEvalError as e:
+            raise QualityError(str(e)) from None
     path = resources.files("atlas") / "data" / "evalsets" / f"{name}.jsonl"
     if not path.is_file():
-        raise QualityError(f"unknown eval set {name!r}; built in: {', '.join(builtin_sets())}, or a .jsonl path")
+        raise QualityError(f"unknown eval set {name!r}; built in: {', '.join(builtin_sets())}, humaneval, "
+                           "or a .jsonl path")
     return read_jsonl(Path(str(path)), origin=f"eval set {name}")
 
 
@@ -124,6 +135,9 @@ def passage() -> str:
 
 # ---------------------------------------------------------------------------------------------- prompts
 def prompt_for(item: EvalItem) -> str:
+    if item.kind == "code":
+        return ("Complete this Python function. Reply with the whole function in one ```python code block.\n\n"
+                f"```python\n{item.question}```")
     if item.kind == "numeric":
         return (f"Solve this problem. Finish with a line 'Answer: <number>'.\n\nQuestion: {item.question}")
     letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -175,6 +189,11 @@ def extract_choice(text: str, choices: list[str]) -> str | None:
 
 
 def score_item(item: EvalItem, output: str) -> tuple[str | None, bool]:
+    if item.kind == "code":  # extracted: "pass", or why the program failed (its last error line, or timeout)
+        from atlas.humaneval import program, run_program
+
+        passed, why = run_program(program(item.question, item.entry_point or "", item.test or "", output))
+        return why, passed
     if item.kind == "numeric":
         got = extract_number(output)
         return got, got is not None and got == _norm_number(item.answer)
@@ -192,7 +211,8 @@ def degenerate_kind(text: str) -> str | None:
     odd = sum(1 for ch in t if ch == "\ufffd" or (not ch.isascii() and not ch.isalpha()))
     if printable / len(t) < 0.9 or odd / len(t) > 0.3:
         return "garbage"
-    if re.search(r"(.{1,40}?)\1{5,}", t, flags=re.S):  # a short unit repeated 6+ times in a row
+    # a short unit repeated 6+ times in a row; runs of white space (code's indentation) are no repetition
+    if re.search(r"(.{1,40}?)\1{5,}", re.sub(r"\s+", " ", t), flags=re.S):
         return "repetition"
     words = t.split()
     if len(words) >= 16:

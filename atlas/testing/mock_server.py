@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 
 from aiohttp import web
 
-from atlas.quality import builtin_sets, load_set
+from atlas.quality import QualityError, builtin_sets, load_set
 
 
 @dataclass
@@ -52,6 +52,11 @@ class MockServer:
         for name in builtin_sets():
             for it in load_set(name):
                 self.answers[it.question] = (it.kind, it.answer, it.choices)
+        try:  # HumanEval, when its package is installed: the oracle answers with the reference solution
+            for it in load_set("humaneval"):
+                self.answers[it.question] = (it.kind, it.answer, it.choices)
+        except QualityError:
+            pass
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -158,6 +163,9 @@ class MockServer:
             return "I do not know."
         kind, answer, choices = self.answers[question]
         h = int(hashlib.sha256(question.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+        if kind == "code":
+            body = "    return None\n" if h < self.opts.degrade else answer
+            return f"Here is the function.\n```python\n{question}{body}```\n"
         if h < self.opts.degrade:  # deterministically wrong on this fraction of items
             answer = str(int(answer) + 1) if kind == "numeric" else "ABCD"[("ABCD".index(answer) + 1) % len(choices or "ABCD")]
         return f"Let me think. The result follows.\nAnswer: {answer}"
