@@ -50,6 +50,16 @@ class ModelSpec(Frozen):
     checkpoints: dict[Quantization, str] = Field(
         default_factory=dict, description="Pre-quantized checkpoint (folder or hub id) per quantization method"
     )
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$",
+                               description="pins a model file (a .gguf given as model.path): checked before use")
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_pin(self, handler: SerializerFunctionWrapHandler) -> dict:  # type: ignore[type-arg]
+        # Left out while unset, so run ids of configs measured before the field existed stay the same.
+        out = handler(self)
+        if out.get("sha256") is None:
+            out.pop("sha256", None)
+        return out  # type: ignore[no-any-return]
 
     @model_validator(mode="after")
     def _path_given(self) -> ModelSpec:

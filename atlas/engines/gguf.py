@@ -46,7 +46,13 @@ def source_gguf(model: ModelSpec) -> tuple[Path, dict]:  # type: ignore[type-arg
         p = Path(model.path).expanduser()
         if not p.is_file():
             raise GgufError(f"model.path {model.path}: no such GGUF file")
-        return p, {"gguf_file": str(p)}
+        digest = sha256_file(p)
+        if model.sha256 is None:
+            raise GgufError(f"model.path {model.path} is not pinned: add `sha256: {digest}` to the spec's model "
+                            "(after checking where the file came from)")
+        if digest != model.sha256:
+            raise GgufError(f"model.path {model.path}: sha256 {digest} is not the pinned {model.sha256}")
+        return p, {"gguf_file": str(p), "pinned_sha256": digest}
     raise GgufError(f"{EngineKind.LLAMACPP.value} serves GGUF files: model.source must be 'embedded' or 'path' "
                     f"with a .gguf file (got source={model.source!r}, path={model.path!r})")
 

@@ -90,3 +90,22 @@ def test_variants_are_made_from_f16_once_then_cached(tmp_path, monkeypatch):
     assert len(calls) == 3
     with pytest.raises(gguf.GgufError, match="not a GGUF weight type"):
         gguf.variant(src, Quantization.AWQ)
+
+
+def test_a_gguf_given_as_model_path_must_be_pinned(tmp_path):
+    import hashlib
+
+    from atlas.config import ModelSpec
+    from atlas.engines.gguf import GgufError, source_gguf
+
+    f = tmp_path / "other.gguf"
+    f.write_bytes(b"GGUF-not-really")
+    digest = hashlib.sha256(f.read_bytes()).hexdigest()
+    with pytest.raises(GgufError, match=f"is not pinned: add `sha256: {digest}`"):
+        source_gguf(ModelSpec(id="x", source="path", path=str(f)))
+    with pytest.raises(GgufError, match="is not the pinned"):
+        source_gguf(ModelSpec(id="x", source="path", path=str(f), sha256="0" * 64))
+    path, prov = source_gguf(ModelSpec(id="x", source="path", path=str(f), sha256=digest))
+    assert path == f and prov["pinned_sha256"] == digest
+    # the pin joins run ids only when given: configs measured before it existed keep theirs
+    assert "sha256" not in ModelSpec(id="x", source="embedded").model_dump()
