@@ -75,6 +75,8 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
                                                     "random, or optuna (a multi-objective study seeded by the simulator)"),
           budget: int = typer.Option(None, min=1, help="measure at most this many points (all workers together)"),
           sampler: str = typer.Option("tpe", help="optuna sampler: tpe or nsga2"),
+          seed_fraction: float = typer.Option(1.0, min=0.0, max=1.0, help="optuna: share of the budget the simulator's "
+                                              "seeds may take before the sampler proposes (0: sampler only)"),
           seed: int = typer.Option(0, help="seed of the random order and the sampler"),
           objective: list[str] = typer.Option([], help="METRIC:min|max the search optimizes, repeatable; "
                                                        "default cost, p90 E2E, accuracy"),
@@ -102,6 +104,7 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
                 raise SpecError("--resume is for full sweeps; a search resumes from its study "
                                 "(--storage sqlite:///study.db keeps one on disk)")
             settings = SearchSettings(strategy=strategy, budget=budget, sampler=sampler, seed=seed,  # type: ignore[arg-type]
+                                      seed_fraction=seed_fraction, simulator=seed_fraction > 0,
                                       **({"objectives": [parse_objective(o) for o in objective]} if objective else {}))
             from atlas.search.run import run_search
 

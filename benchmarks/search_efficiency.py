@@ -40,7 +40,7 @@ STRATEGIES = {  # name: settings beyond strategy/budget/seed/objectives
     "random": {"strategy": "random"},
     "optuna-tpe": {"strategy": "optuna", "simulator": False},
     "optuna-nsga2": {"strategy": "optuna", "simulator": False, "sampler": "nsga2"},
-    "optuna-tpe+sim": {"strategy": "optuna"},
+    "optuna-tpe+sim": {"strategy": "optuna"},  # the default: simulator seeds, the sampler when they run out
 }
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from atlas.frontier import hypervolume
+from atlas.knobs import DTYPE_FACTS, KV_BYTES_PER_ELEM, QUANT_FACTS, Dtype, KVCacheDtype, Quantization
 from atlas.results import RunResult
 from atlas.search.space import SearchSpace
 from atlas.search.study import StudyHandle
@@ -84,15 +85,16 @@ class Seeder:
                     o.metric: METRICS[o.metric][2](r) for o in self.objectives if o.metric in NUMERICS_METRICS})
         front = [v for r in ok if (v := self._vector(r, known.get(self._key(r), {}))) is not None]
         cands: dict[int, np.ndarray] = {}
+        errors: dict[int, float] = {}
         for i in allowed:
             pred = self._prediction(i)
-            if pred is None:
+            if pred is None or pred.simulation is None:
                 continue
             key = self.space.numerics[i]
-            q = known.get(key) or self._optimistic(known, key[0])
-            v = self._vector(pred, q)
+            v = self._vector(pred, known.get(key) or self._nearest(known, key))
             if v is not None:
                 cands[i] = v
+                errors[i] = min(0.5, max(0.05, max(pred.simulation.relative_error.values(), default=0.25)))
         if not cands:
             return None
         every = np.vstack([*front, *cands.values()])
@@ -101,15 +103,32 @@ class Seeder:
         ref = np.full(len(self.objectives), 1.1)
         base_front = (np.vstack(front) - lo) / span if front else np.zeros((0, len(self.objectives)))
         base = hypervolume(base_front, ref) if len(base_front) else 0.0
-        gains = {i: hypervolume(np.vstack([base_front, ((v - lo) / span)[None]]), ref) - base
-                 for i, v in cands.items()}
-        pick = max(gains, key=lambda i: (gains[i], -i))
-        if gains[pick] <= 1e-12:
-            return None
-        return pick
+        speed = np.array([o.metric not in NUMERICS_METRICS for o in self.objectives], dtype=float)
+        # First by the predictions themselves; when they promise nothing, by the best each could be within
+        # the simulator's error (speed and cost only: quality is measured or borrowed, not predicted).
+        for optimism in (0.0, 1.0):
+            gains = {i: hypervolume(np.vstack([base_front, ((v - optimism * errors[i] * speed * np.abs(v) - lo)
+                                                            / span)[None]]), ref) - base
+                     for i, v in cands.items()}
+            pick = max(gains, key=lambda i: (gains[i], -i))
+            if gains[pick] > 1e-12:
+                return pick
+        return None
 
     def _key(self, r: RunResult) -> tuple[str, ...]:
         return self.space.numerics[self.space.index_of_run(r.run_id)]
+
+    def _nearest(self, known: dict[tuple[str, ...], dict[str, float | None]], key: tuple[str, ...]) -> dict[str, float | None]:
+        """The quality of the measured numerics closest in bytes per weight and per KV element."""
+        def size(k: tuple[str, ...]) -> tuple[float, float]:
+            act = DTYPE_FACTS[Dtype(k[1])].bytes_per_elem
+            return (QUANT_FACTS[Quantization(k[2])].bytes_per_weight or act, KV_BYTES_PER_ELEM[KVCacheDtype(k[3])] or act)
+        same = [k for k in known if k[0] == key[0]]
+        if not same:
+            return {}
+        w, kv = size(key)
+        best = min(same, key=lambda k: (abs(size(k)[0] - w) / w + abs(size(k)[1] - kv) / kv, k))
+        return known[best]
 
     def _optimistic(self, known: dict[tuple[str, ...], dict[str, float | None]], engine: str) -> dict[str, float | None]:
         """The best quality measured on this engine, objective by objective."""

@@ -18,6 +18,7 @@ class SearchSettings(BaseModel):
     objectives: list[Objective] = Field(default_factory=lambda: list(DEFAULT_OBJECTIVES))
     simulator: bool = Field(True, description="optuna: refit the simulator to what was measured and measure "
                                               "the point it predicts adds most to the frontier first")
-    seed_fraction: float = Field(0.75, ge=0.0, le=1.0, description="optuna: at most this share of the budget "
-                                                                    "goes to simulator seeds; the sampler proposes the rest")
+    seed_fraction: float = Field(1.0, ge=0.0, le=1.0, description="optuna: at most this share of the budget goes "
+                                                                   "to simulator seeds; the sampler proposes the rest, and "
+                                                                   "whenever the simulator promises nothing")
     poll_s: float = Field(2.0, gt=0.0, description="how often a worker with nothing to do looks again")
