@@ -136,7 +136,7 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
 def _search(work):  # type: ignore[no-untyped-def]
     """Runs a search (sweep --strategy/--budget/--storage, or worker) and prints what it measured."""
     try:
-        rep = work(lambda m: console.print(f"  {m}", highlight=False))
+        rep = work(lambda m: console.print(f"  {m}", highlight=False, markup=False))  # "[simulator] ..." is text
     except USER_ERRORS as e:
         _fail(e)
     except KeyboardInterrupt:

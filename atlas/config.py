@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 import yaml
 from pydantic import (
@@ -37,7 +37,22 @@ class Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class ModelSpec(Frozen):
+class LateFields(Frozen):
+    """A model whose fields added after results existed (`_late_fields`) are left out of its serialized form
+    while unset, so the run ids of configs measured before a field existed stay the same."""
+
+    _late_fields: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_late_fields(self, handler: SerializerFunctionWrapHandler) -> dict:  # type: ignore[type-arg]
+        out = handler(self)
+        for name in self._late_fields:
+            if out.get(name) is None:
+                out.pop(name, None)
+        return out  # type: ignore[no-any-return]
+
+
+class ModelSpec(LateFields):
     id: str = Field(description="Name shown in results and reports")
     source: Literal["embedded", "path", "hub"] = "path"
     path: str | None = Field(None, description="Local folder or hub id (source=path|hub)")
@@ -52,14 +67,7 @@ class ModelSpec(Frozen):
     )
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$",
                                description="pins a model file (a .gguf given as model.path): checked before use")
-
-    @model_serializer(mode="wrap")
-    def _drop_unset_pin(self, handler: SerializerFunctionWrapHandler) -> dict:  # type: ignore[type-arg]
-        # Left out while unset, so run ids of configs measured before the field existed stay the same.
-        out = handler(self)
-        if out.get("sha256") is None:
-            out.pop("sha256", None)
-        return out  # type: ignore[no-any-return]
+    _late_fields: ClassVar[tuple[str, ...]] = ("sha256",)
 
     @model_validator(mode="after")
     def _path_given(self) -> ModelSpec:
@@ -68,7 +76,7 @@ class ModelSpec(Frozen):
         return self
 
 
-class ServerKnobs(Frozen):
+class ServerKnobs(LateFields):
     """Everything that needs a new engine server when it changes."""
 
     dtype: Dtype = Dtype.BFLOAT16
@@ -80,14 +88,7 @@ class ServerKnobs(Frozen):
     enable_prefix_caching: bool = False
     gpu_memory_utilization: float | None = Field(None, gt=0.0, le=1.0)
     n_ubatch: int | None = Field(None, ge=1, description="llama.cpp physical batch (max_num_batched_tokens is n_batch)")
-
-    @model_serializer(mode="wrap")
-    def _drop_unset_engine_fields(self, handler: SerializerFunctionWrapHandler) -> dict:  # type: ignore[type-arg]
-        # Fields added for one engine are left out while unset, so run ids of earlier configs stay the same.
-        out = handler(self)
-        if out.get("n_ubatch") is None:
-            out.pop("n_ubatch", None)
-        return out  # type: ignore[no-any-return]
+    _late_fields: ClassVar[tuple[str, ...]] = ("n_ubatch",)  # added with the llama.cpp engine
 
     @property
     def engine(self) -> EngineKind:
