@@ -5,6 +5,7 @@ back from the study each time round."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import socket
@@ -251,8 +252,13 @@ class Worker:
         trial.set_user_attr("worker", self.name)
         trial.set_user_attr("origin", origin)
         self.progress(f"[{origin}] measuring {planned.config.label()}")
-        with self.h.heartbeat(trial):
-            result = self.measurer.measure(planned)
+        try:
+            with self.h.heartbeat(trial):
+                result = self.measurer.measure(planned)
+        except BaseException:  # interrupted (Ctrl-C, SIGTERM) or broken here: free the point at once
+            with contextlib.suppress(Exception):
+                self.h.study.tell(trial, state=TrialState.FAIL)
+            raise
         dead = dead_reason(result, self.measurer)
         values = objective_values(result, self.h)
         if dead:

@@ -152,3 +152,17 @@ def test_bad_storage_url_is_one_line():
 @pytest.fixture(autouse=True)
 def _quiet():
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+
+
+def test_an_interrupted_measurement_frees_its_point():
+    class Interrupted(ReplayMeasurer):
+        def measure(self, planned):
+            raise KeyboardInterrupt
+
+    handle = create_study(SPEC, "cpu", SearchSettings(strategy="grid", budget=2))
+    with pytest.raises(KeyboardInterrupt):
+        Worker(handle, SPACE, Interrupted(RECORDED)).run()
+    assert [t.state for t in handle.study.get_trials()] == [TrialState.FAIL]
+    m = ReplayMeasurer(RECORDED)
+    Worker(handle, SPACE, m).run()  # the next run measures that point first, without waiting for a heartbeat
+    assert len(m.measured) == 2 and m.by_id[m.measured[0]].label.endswith("seqs:16 | c=1")
