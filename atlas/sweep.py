@@ -275,8 +275,8 @@ class Sweeper:
             src, src_prov = source_gguf(self.spec.model)
             self._gguf_source = (src, src_prov, sha256_file(src))
         src, src_prov, src_sha = self._gguf_source
-        self._emit("note", f"GGUF {server.quantization.value}: preparing (made once, then cached)")
-        path, prov = variant(src, server.quantization, src_sha)
+        path, prov = variant(src, server.quantization, src_sha,
+                             on_make=lambda q: self._emit("note", f"GGUF {q.value}: making it (once, then cached)"))
         return str(path), {**src_prov, "source_sha256": src_sha, "variant": prov}
 
     # ---------------------------------------------------------------------------------------------------

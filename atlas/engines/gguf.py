@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
@@ -73,8 +74,10 @@ def variants_dir(src: Path, src_sha: str) -> Path:
     return cache_dir() / "gguf" / f"{src.stem}-{src_sha[:12]}"
 
 
-def variant(src: Path, quant: Quantization, src_sha: str | None = None) -> tuple[Path, dict]:  # type: ignore[type-arg]
-    """The `quant` variant of `src` (made once, then reused) and its provenance, sha256 included."""
+def variant(src: Path, quant: Quantization, src_sha: str | None = None,
+            on_make: Callable[[Quantization], None] | None = None) -> tuple[Path, dict]:  # type: ignore[type-arg]
+    """The `quant` variant of `src` (made once, then reused) and its provenance, sha256 included; `on_make`
+    hears of each file that has to be made first."""
     if quant not in FTYPES:
         raise GgufError(f"quantization {quant.value!r} is not a GGUF weight type ({', '.join(q.value for q in FTYPES)})")
     src_sha = src_sha or sha256_file(src)
@@ -89,8 +92,10 @@ def variant(src: Path, quant: Quantization, src_sha: str | None = None) -> tuple
     if quant == Quantization.F16:
         base, base_sha, made_from = src, src_sha, "source"
     else:
-        base, base_prov = variant(src, Quantization.F16, src_sha)
+        base, base_prov = variant(src, Quantization.F16, src_sha, on_make)
         base_sha, made_from = base_prov["sha256"], "f16"
+    if on_make is not None:
+        on_make(quant)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     try:
