@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from atlas.metrics import LoadSummary, RepeatStat
-from atlas.plan import RunConfig
+from atlas.plan import RunConfig, SkippedRun
 from atlas.quality import QualityResult
 
 SCHEMA_VERSION = 1
@@ -87,6 +87,12 @@ class RunResult(_M):
     records_file: str | None = None
     wall_s: float | None = Field(None, description="time spent measuring this point")
     simulation: SimulationInfo | None = None  # source=simulated only
+
+
+def skipped_result(item: SkippedRun, sweep: str) -> RunResult:
+    """The record of a point screened out before any engine started (impossible, does not fit)."""
+    return RunResult(run_id=item.run_id, sweep=sweep, status="skipped", reasons=[item.reason],
+                     label=item.config.label(), config=item.config)
 
 
 def migrate(data: dict[str, Any], origin: str) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from atlas.quality import (
     score_outputs,
 )
 from atlas.quantize import read_provenance
-from atlas.results import Provenance, ResultStore, RunResult
+from atlas.results import Provenance, ResultStore, RunResult, skipped_result
 
 
 @dataclass
@@ -204,8 +204,7 @@ class Sweeper:
         return report
 
     def write_skipped(self, item: SkippedRun) -> RunResult:
-        return self._write(RunResult(run_id=item.run_id, sweep=self.spec.name, status="skipped",
-                                     reasons=[item.reason], label=item.config.label(), config=item.config))
+        return self._write(skipped_result(item, self.spec.name))
 
     def measure(self, planned: PlannedRun) -> RunResult:
         """One point (a search's unit of work). Its engine stays up for the next point with the same server

@@ -25,7 +25,7 @@ from atlas.plan import PlannedRun
 from atlas.results import RunResult
 from atlas.search.seeding import Seeder
 from atlas.search.space import SearchSpace
-from atlas.search.study import StudyHandle
+from atlas.search.study import StudyHandle, quality_keys
 from atlas.sweep import NumericsKey, is_reference, order_groups
 from atlas.table import METRICS
 
@@ -127,8 +127,7 @@ def read_snapshot(handle: StudyHandle, space: SearchSpace, parsed: dict[int, Run
         snap.seeded += t.user_attrs.get("origin") == "simulator"
         if "dead" in t.user_attrs:
             snap.dead.setdefault(space.numerics[idx], t.user_attrs["dead"])
-    snap.quality = {tuple(k.split(":", 1)[1].split("/")) for k in handle.study.user_attrs  # type: ignore[misc]
-                    if k.startswith("quality:")}
+    snap.quality = set(quality_keys(handle.study.user_attrs).values())  # type: ignore[arg-type]
     return snap
 
 

@@ -14,11 +14,11 @@ from atlas.config import SweepSpec
 from atlas.hardware import GpuSpec, get_gpu
 from atlas.plan import PlannedRun, SkippedRun, expand
 from atlas.quality import QualityResult
-from atlas.results import ResultStore, RunResult
+from atlas.results import ResultStore, RunResult, skipped_result
 from atlas.search.driver import Snapshot, Worker, baseline_keys, read_snapshot
 from atlas.search.settings import SearchSettings
 from atlas.search.space import SearchSpace
-from atlas.search.study import StudyHandle, create_study, join_study
+from atlas.search.study import StudyHandle, create_study, join_study, quality_attr, quality_keys
 from atlas.sweep import EngineFactory, NumericsKey, Sweeper, SweepEvent
 
 
@@ -44,15 +44,15 @@ class SweepMeasurer:
         sweeper.on_quality = self._publish
 
     def _publish(self, key: NumericsKey, label: str, result: QualityResult) -> None:
-        self.h.study.set_user_attr("quality:" + "/".join(key), {"label": label, "result": result.model_dump(mode="json")})
+        self.h.study.set_user_attr(quality_attr(key), {"label": label, "result": result.model_dump(mode="json")})
 
     def _adopt(self) -> None:
-        for name, v in self.h.study.user_attrs.items():
-            if name.startswith("quality:"):
-                key: NumericsKey = tuple(name.split(":", 1)[1].split("/"))  # type: ignore[assignment]
-                if key not in self.sweeper.quality_by_key:
-                    self.sweeper.adopt_quality(key, v["label"], QualityResult.model_validate(v["result"]),
-                                               baseline=self.baselines.get(key[0]) == key)
+        attrs = self.h.study.user_attrs
+        for name, key in quality_keys(attrs).items():
+            if key not in self.sweeper.quality_by_key:
+                self.sweeper.adopt_quality(key, attrs[name]["label"],  # type: ignore[arg-type]
+                                           QualityResult.model_validate(attrs[name]["result"]),
+                                           baseline=self.baselines.get(key[0]) == key)
 
     def measure(self, planned: PlannedRun) -> RunResult:
         self._adopt()
@@ -139,8 +139,7 @@ def collect(storage_url: str, study_name: str, results_root: Path | str) -> tupl
         n += 1
     for item in items:
         if isinstance(item, SkippedRun):
-            store.write(RunResult(run_id=item.run_id, sweep=handle.spec.name, status="skipped",
-                                  reasons=[item.reason], label=item.config.label(), config=item.config))
+            store.write(skipped_result(item, handle.spec.name))
     for r in _unmeasured_excluded(space, read_snapshot(handle, space, {}), handle.spec.name):
         store.write(r)
     return store.dir, n

@@ -3,8 +3,9 @@ free point, and pick the one whose predicted objectives add most hypervolume to 
 
 The simulator predicts speed and cost, not quality; quality belongs to the numerics (every scheduling config
 of one dtype x weights x KV cache shares it), so a free point takes its numerics' measured quality, or, for
-numerics not measured yet, the best quality measured on its engine (optimism that makes each numerics worth
-one look until its quality is known)."""
+numerics not measured yet, that of the measured numerics nearest in bytes per weight and per KV element.
+(Borrowing the best quality measured instead, an optimism that makes every numerics worth one look, spent
+the whole budget exploring numerics on the llama.cpp recording: hypervolume 0.84 against 0.97.)"""
 
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ class Seeder:
         known: dict[tuple[str, ...], dict[str, float | None]] = {}
         for r in snap.measured.values():
             if r.quality is not None:
-                known.setdefault(self.space.numerics[self.space.index_of_run(r.run_id)], {
+                known.setdefault(self._key(r), {
                     o.metric: METRICS[o.metric][2](r) for o in self.objectives if o.metric in NUMERICS_METRICS})
         front = [v for r in ok if (v := self._vector(r, known.get(self._key(r), {}))) is not None]
         cands: dict[int, np.ndarray] = {}
@@ -129,13 +130,3 @@ class Seeder:
         w, kv = size(key)
         best = min(same, key=lambda k: (abs(size(k)[0] - w) / w + abs(size(k)[1] - kv) / kv, k))
         return known[best]
-
-    def _optimistic(self, known: dict[tuple[str, ...], dict[str, float | None]], engine: str) -> dict[str, float | None]:
-        """The best quality measured on this engine, objective by objective."""
-        out: dict[str, float | None] = {}
-        for o in self.objectives:
-            if o.metric not in NUMERICS_METRICS:
-                continue
-            vals = [q[o.metric] for k, q in known.items() if k[0] == engine and q.get(o.metric) is not None]
-            out[o.metric] = (min(vals) if o.sense == "min" else max(vals)) if vals else None  # type: ignore[type-var]
-        return out

@@ -25,6 +25,18 @@ MAX_RETRIES = 2  # a point whose worker died this many times is left for a perso
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
+QUALITY_ATTR = "quality:"  # study attribute per numerics: "quality:<engine>/<dtype>/<weights>/<kv>"
+
+
+def quality_attr(key: tuple[str, ...]) -> str:
+    return QUALITY_ATTR + "/".join(key)
+
+
+def quality_keys(attrs: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    """The numerics whose quality the study holds, by attribute name."""
+    return {name: tuple(name.removeprefix(QUALITY_ATTR).split("/")) for name in attrs if name.startswith(QUALITY_ATTR)}
+
+
 def redact(url: str) -> str:
     """A storage address without its password, for messages."""
     return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
