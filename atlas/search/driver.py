@@ -20,6 +20,7 @@ from optuna.samplers import BaseSampler, NSGAIISampler, TPESampler
 from optuna.trial import FrozenTrial, TrialState
 
 from atlas.config import ServerKnobs
+from atlas.frontier import Objective
 from atlas.knobs import DTYPE_FACTS
 from atlas.plan import PlannedRun
 from atlas.results import RunResult
@@ -36,11 +37,11 @@ class Measurer(Protocol):
     def refused(self, server: ServerKnobs) -> bool: ...
 
 
-def objective_values(result: RunResult, handle: StudyHandle) -> list[float] | None:
+def objective_values(result: RunResult, objectives: list[Objective]) -> list[float] | None:
     """The point's objectives, or None when it has none to offer (failed, or a metric missing)."""
     if result.status in ("failed", "skipped"):
         return None
-    vals = [METRICS[o.metric][2](result) for o in handle.settings.objectives]
+    vals = [METRICS[o.metric][2](result) for o in objectives]
     if any(v is None or v != v for v in vals):
         return None
     return [float(v) for v in vals if v is not None]
@@ -259,7 +260,7 @@ class Worker:
                 self.h.study.tell(trial, state=TrialState.FAIL)
             raise
         dead = dead_reason(result, self.measurer)
-        values = objective_values(result, self.h)
+        values = objective_values(result, self.h.settings.objectives)
         if dead:
             trial.set_user_attr("dead", dead)
         trial.set_user_attr("status", result.status)

@@ -10,8 +10,8 @@ from atlas.frontier import Objective, hypervolume
 from atlas.plan import PlannedRun
 from atlas.results import RunResult
 from atlas.search import SearchError
+from atlas.search.driver import objective_values
 from atlas.sweep import numerics_key
-from atlas.table import METRICS
 
 
 class ReplayMeasurer:
@@ -37,15 +37,11 @@ def hypervolume_fraction(subset: list[RunResult], full: list[RunResult], objecti
     """Hypervolume of the frontier of `subset` over that of `full` (the whole grid), both over the points the
     frontier admits (status ok, every objective measured), in objectives scaled to [0, 1] by the whole grid's
     range with the reference point at 1.1."""
+    sign = np.array([1.0 if o.sense == "min" else -1.0 for o in objectives])
+
     def matrix(rs: list[RunResult]) -> np.ndarray:
-        rows = []
-        for r in rs:
-            if r.status != "ok":
-                continue
-            vals = [METRICS[o.metric][2](r) for o in objectives]
-            if all(v is not None and v == v for v in vals):
-                rows.append([float(v or 0.0) * (1 if o.sense == "min" else -1) for v, o in zip(vals, objectives, strict=True)])
-        return np.asarray(rows, dtype=float).reshape(-1, len(objectives))
+        rows = [v for r in rs if r.status == "ok" and (v := objective_values(r, objectives)) is not None]
+        return np.asarray(rows, dtype=float).reshape(-1, len(objectives)) * sign
 
     whole = matrix(full)
     if not len(whole):

@@ -28,7 +28,6 @@ class SearchReport:
     study: str
     stopped: str
     measured_here: list[RunResult] = field(default_factory=list)
-    measured_total: int = 0
     planned: int = 0
     skipped: int = 0
     excluded: int = 0
@@ -96,7 +95,7 @@ def _work(handle: StudyHandle, gpu: GpuSpec, results_root: Path | str, engine_fa
     for r in excluded:
         sweeper.store.write(r)
     return SearchReport(results_dir=sweeper.store.dir, study=handle.study.study_name, stopped=stopped,
-                        measured_here=worker.measured_here, measured_total=snap.counted, planned=len(space),
+                        measured_here=worker.measured_here, planned=len(space),
                         skipped=len(skipped), excluded=len(excluded), wall_s=time.monotonic() - t0)
 
 

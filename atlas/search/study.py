@@ -49,10 +49,6 @@ class StudyHandle:
                  settings: SearchSettings):
         self.study, self.storage, self.spec, self.gpu, self.settings = study, storage, spec, gpu, settings
 
-    @property
-    def shared(self) -> bool:
-        return isinstance(self.storage, RDBStorage)
-
     @contextmanager
     def heartbeat(self, trial: optuna.trial.Trial) -> Iterator[None]:
         """Marks the trial alive every HEARTBEAT_S while the block runs (database studies only)."""
@@ -134,6 +130,9 @@ def join_study(storage_url: str, name: str) -> StudyHandle:
     except KeyError:
         raise SearchError(f"no study {name!r} in {redact(storage_url)} (start one with `atlas sweep "
                           "--strategy ... --storage ...`)") from None
+    finally:
+        if isinstance(probe, RDBStorage):
+            probe.engine.dispose()  # only read the heartbeat timing; the storage below is the one kept
     if "atlas:spec" not in attrs:
         raise SearchError(f"study {name!r} in {redact(storage_url)} was not made by Atlas")
     heartbeat_s, grace_s = attrs.get("atlas:heartbeat", [HEARTBEAT_S, GRACE_S])
