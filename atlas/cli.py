@@ -23,6 +23,7 @@ from atlas.config import SpecError, SweepSpec, load_spec, parse_spec
 from atlas.engines.base import EngineError
 from atlas.engines.embedded import EmbeddedModelError
 from atlas.engines.gguf import GgufError
+from atlas.engines.vllm_caps import caps_for
 from atlas.frontier import FrontierError, parse_constraint, parse_objective
 from atlas.hardware import CONFIG_DIR, HardwareError, get_gpu
 from atlas.plan import SkippedRun, expand
@@ -109,7 +110,7 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
             from atlas.search.run import run_search
 
             _search(lambda say: run_search(s, g, results, settings, storage, study, progress=say,
-                                           price_provider=prices))
+                                           price_provider=prices, vllm=caps_for(s.engines())))
             return
         from atlas.sweep import Sweeper, SweepEvent
 
@@ -123,7 +124,8 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
                 elif e.kind in ("server", "quality"):
                     bar.console.print(f"  {e.message}", highlight=False)
 
-            report = Sweeper(s, g, results, resume=resume, progress=on_event, price_provider=prices).run()
+            report = Sweeper(s, g, results, resume=resume, progress=on_event, price_provider=prices,
+                             vllm=caps_for(s.engines())).run()
     except USER_ERRORS as e:
         _fail(e)
     except KeyboardInterrupt:
@@ -287,18 +289,22 @@ def simulate(spec: Path = typer.Option(..., help="sweep spec whose points to pre
 
 @app.command("quantize")
 def quantize_cmd(model: str = typer.Argument(..., help="16-bit source model: folder or hub id"),
-                 method: str = typer.Option(..., help="awq, gptq or fp8"),
+                 method: str = typer.Option(..., help="awq, gptq, fp8, or none (16-bit weights; with --kv-scales)"),
                  out: Path = typer.Option(..., help="output checkpoint folder (must be empty)"),
+                 kv_scales: bool = typer.Option(False, "--kv-scales", help="also calibrate FP8 KV-cache scales "
+                                                "(for kv_cache_dtype fp8_calibrated: model.kv_scales.<method>)"),
                  tool: str = typer.Option("llmcompressor", help="llmcompressor or autoawq (awq only)"),
                  samples: int = typer.Option(128, help="calibration samples (Atlas's shipped text)"),
                  revision: str = typer.Option(None, help="source model revision, recorded in provenance")) -> None:
-    """Produce a quantized checkpoint (GPU); give it to a sweep as model.checkpoints.<method>."""
+    """Produce a quantized checkpoint; give it to a sweep as model.checkpoints.<method> (or, with --kv-scales,
+    as model.kv_scales.<method>)."""
     from atlas.quantize import QuantizeError, quantize
 
-    if method not in ("awq", "gptq", "fp8") or tool not in ("llmcompressor", "autoawq"):
+    if method not in ("none", "awq", "gptq", "fp8") or tool not in ("llmcompressor", "autoawq"):
         _fail(ValueError(f"unknown --method {method!r} or --tool {tool!r}"))
     try:
-        path = quantize(model, method, out, tool=tool, samples=samples, revision=revision)  # type: ignore[arg-type]
+        path = quantize(model, method, out, tool=tool, samples=samples, revision=revision,  # type: ignore[arg-type]
+                        kv_scales=kv_scales)
     except QuantizeError as e:
         _fail(e)
     console.print(f"checkpoint: {path} (provenance in {path / 'atlas-quantize.json'})")
@@ -312,7 +318,7 @@ def validate(spec: Path, gpu: str = typer.Option(None, help="check feasibility o
         g = get_gpu(gpu or s.gpu)
     except USER_ERRORS as e:
         _fail(e)
-    items = expand(s, g)
+    items = expand(s, g, caps_for(s.engines()))
     skipped = [i for i in items if isinstance(i, SkippedRun)]
     console.print(f"{spec}: valid; {len(items)} points on {g.key} ({len(items) - len(skipped)} planned, "
                   f"{len(skipped)} skipped)")

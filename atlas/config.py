@@ -67,7 +67,14 @@ class ModelSpec(LateFields):
     )
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$",
                                description="pins a model file (a .gguf given as model.path): checked before use")
-    _late_fields: ClassVar[tuple[str, ...]] = ("sha256",)
+    kv_scales: dict[Quantization, str] | None = Field(
+        None, description="per weight format, a checkpoint (folder or hub id) that carries calibrated FP8 KV-cache "
+                          "scales (config.json quantization_config.kv_cache_scheme); served for kv_cache_dtype "
+                          "fp8_calibrated. Make one with `atlas quantize --kv-scales`")
+    _late_fields: ClassVar[tuple[str, ...]] = ("sha256", "kv_scales")
+
+    def kv_scales_checkpoint(self, q: Quantization) -> str | None:
+        return (self.kv_scales or {}).get(q)
 
     @model_validator(mode="after")
     def _path_given(self) -> ModelSpec:

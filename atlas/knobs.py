@@ -35,7 +35,9 @@ class Quantization(StrEnum):
 class KVCacheDtype(StrEnum):
     AUTO = "auto"  # same as the model dtype
     FP8 = "fp8"  # FP8 with the default scale 1.0 (silently breaks Qwen2/2.5)
-    FP8_CALIBRATED = "fp8_calibrated"  # FP8 with scales computed at start (--calculate-kv-scales)
+    # FP8 with calibrated scales: read from a checkpoint that carries them (model.kv_scales, made by
+    # `atlas quantize --kv-scales`), or computed at start-up by a vLLM that still has --calculate-kv-scales
+    FP8_CALIBRATED = "fp8_calibrated"
     # llama.cpp cache types (K and V alike; quantized V needs flash attention, which Atlas always turns on)
     F16 = "f16"
     Q8_0 = "q8_0"

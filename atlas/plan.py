@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from atlas.config import Grid, LoadPoint, ModelSpec, ServerKnobs, SweepSpec
+from atlas.engines.vllm_caps import KV_SCALES_REMOVED, VllmCaps
 from atlas.hardware import GpuSpec
 from atlas.knobs import (
     DTYPE_FACTS,
@@ -94,14 +95,20 @@ def load_points(spec: SweepSpec) -> list[LoadPoint]:
     return [LoadPoint(**shape, rate_rps=r) for r in spec.load.rate_rps]
 
 
-def infeasible_reason(spec: SweepSpec, gpu: GpuSpec, s: ServerKnobs) -> str | None:
-    """Why this server config cannot run on this GPU, or None. Only combinations known to be impossible
-    are refused here; what the engine itself refuses is recorded from the engine as a failed run."""
+def infeasible_reason(spec: SweepSpec, gpu: GpuSpec, s: ServerKnobs, vllm: VllmCaps | None = None) -> str | None:
+    """Why this server config cannot run on this GPU (and, when `vllm` is given, on that vLLM), or None. Only
+    combinations known to be impossible are refused here; what the engine itself refuses is recorded from the
+    engine as a failed run."""
     if s.engine == EngineKind.LLAMACPP:
         return _llamacpp_reason(s, gpu)
     q = s.quantization
-    if q in (Quantization.AWQ, Quantization.GPTQ) and q not in spec.model.checkpoints:
+    scales = spec.model.kv_scales_checkpoint(q) if s.kv_cache_dtype == KVCacheDtype.FP8_CALIBRATED else None
+    if q in (Quantization.AWQ, Quantization.GPTQ) and q not in spec.model.checkpoints and not scales:
         return f"no {q.value.upper()} checkpoint given (model.checkpoints.{q.value}: a pre-quantized folder or hub id)"
+    if s.kv_cache_dtype == KVCacheDtype.FP8_CALIBRATED and not scales and vllm and not vllm.calculate_kv_scales:
+        return (f"fp8_calibrated needs calibrated KV scales: {vllm.label()} computes none at start-up "
+                f"({KV_SCALES_REMOVED}) and without them runs FP8 with scale 1.0; give model.kv_scales.{q.value} "
+                "(a checkpoint with calibrated scales: atlas quantize --kv-scales)")
     if s.max_num_batched_tokens is not None:
         if s.max_num_batched_tokens < s.max_num_seqs:
             return (f"max_num_batched_tokens={s.max_num_batched_tokens} < max_num_seqs={s.max_num_seqs} "
@@ -151,12 +158,13 @@ def _memory_reason(spec: SweepSpec, gpu: GpuSpec, s: ServerKnobs) -> str | None:
     return None
 
 
-def expand(spec: SweepSpec, gpu: GpuSpec) -> list[PlannedRun | SkippedRun]:
-    """Every (server config x load point) of the spec, in a stable order; same spec, same list."""
+def expand(spec: SweepSpec, gpu: GpuSpec, vllm: VllmCaps | None = None) -> list[PlannedRun | SkippedRun]:
+    """Every (server config x load point) of the spec, in a stable order; same inputs, same list. `vllm`: what
+    the vLLM that will run the sweep accepts (None: assume any version)."""
     out: list[PlannedRun | SkippedRun] = []
     points = load_points(spec)
     for engine, server in server_grid(spec):
-        reason = infeasible_reason(spec, gpu, server)
+        reason = infeasible_reason(spec, gpu, server, vllm)
         for lp in points:
             cfg = RunConfig(engine=engine.value, gpu=gpu.key, model=spec.model, server=server, load=lp)
             if reason:

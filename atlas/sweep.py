@@ -18,9 +18,10 @@ from atlas.engines.base import EngineError, reason_from_log
 from atlas.engines.embedded import prepare_embedded_model, sha256_file
 from atlas.engines.gguf import GgufError, llama_cpp_version, source_gguf, variant
 from atlas.engines.vllm import VllmEngine, vllm_version
+from atlas.engines.vllm_caps import VllmCaps
 from atlas.evaluate import generate, perplexity
 from atlas.hardware import GpuSpec, check_gpu_present
-from atlas.knobs import DTYPE_FACTS, QUANT_FACTS, REFERENCE_KV, EngineKind
+from atlas.knobs import DTYPE_FACTS, QUANT_FACTS, REFERENCE_KV, EngineKind, KVCacheDtype
 from atlas.lm_eval_adapter import is_lm_eval, run_task
 from atlas.loadgen import LoadRun, run_load, run_sync
 from atlas.metrics import LoadSummary, pooled_run, repeat_stat, summarize_load
@@ -36,7 +37,7 @@ from atlas.quality import (
     passage,
     score_outputs,
 )
-from atlas.quantize import read_provenance
+from atlas.quantize import CheckpointError, checkpoint_kv_scheme, read_provenance
 from atlas.results import Provenance, ResultStore, RunResult, skipped_result
 
 
@@ -74,9 +75,13 @@ def default_engine(spec: SweepSpec, gpu: GpuSpec, cfg: RunConfig, model_path: st
                               max_model_len=spec.model.max_model_len, log_path=log_path,
                               startup_timeout_s=spec.startup_timeout_s, env=spec.engine_env,
                               extra_args=spec.extra_engine_args)
-    return VllmEngine(cfg.server, model_path, served_name=spec.model.id, host=spec.host, port=spec.port,
+    s = cfg.server
+    # fp8_calibrated without a checkpoint that carries scales: only a vLLM that still computes them at
+    # start-up gets here (plan.expand skips the point on a newer one)
+    calc = s.kv_cache_dtype == KVCacheDtype.FP8_CALIBRATED and not spec.model.kv_scales_checkpoint(s.quantization)
+    return VllmEngine(s, model_path, served_name=spec.model.id, host=spec.host, port=spec.port,
                       max_model_len=spec.model.max_model_len, on_cpu=gpu.is_cpu, log_path=log_path,
-                      startup_timeout_s=spec.startup_timeout_s, env=spec.engine_env,
+                      startup_timeout_s=spec.startup_timeout_s, calculate_kv_scales=calc, env=spec.engine_env,
                       extra_args=spec.extra_engine_args)
 
 
@@ -156,8 +161,10 @@ class _MetricsSampler(threading.Thread):
 class Sweeper:
     def __init__(self, spec: SweepSpec, gpu: GpuSpec, results_root: Path | str, *, resume: bool = False,
                  progress: Callable[[SweepEvent], None] | None = None, price_provider: str | None = None,
-                 engine_factory: EngineFactory | None = None, check_hardware: bool = True):
-        self.spec, self.gpu = spec, gpu
+                 engine_factory: EngineFactory | None = None, check_hardware: bool = True,
+                 vllm: VllmCaps | None = None):
+        """`vllm`: what the vLLM that runs the sweep accepts (plan.expand skips what it cannot run)."""
+        self.spec, self.gpu, self.vllm = spec, gpu, vllm
         self.store = ResultStore(results_root, spec.name)
         self.resume = resume
         self.progress = progress or (lambda e: None)
@@ -180,7 +187,7 @@ class Sweeper:
         """Checks the hardware, expands the spec and writes the spec beside the results; no engine starts."""
         if self.check_hardware:
             check_gpu_present(self.gpu)
-        items = expand(self.spec, self.gpu)
+        items = expand(self.spec, self.gpu, self.vllm)
         self.total = len(items)
         self.store.dir.mkdir(parents=True, exist_ok=True)
         (self.store.dir / "sweep-spec.yaml").write_text(yaml.safe_dump(self.spec.model_dump(mode="json"),
@@ -251,6 +258,11 @@ class Sweeper:
         m = self.spec.model
         if server.engine == EngineKind.LLAMACPP:
             return self._gguf(server)
+        scales = m.kv_scales_checkpoint(server.quantization) if server.kv_cache_dtype == KVCacheDtype.FP8_CALIBRATED \
+            else None
+        if scales:  # this checkpoint stands for the weights too (it is them, with the KV scales added)
+            scheme = checkpoint_kv_scheme(scales)  # raises when the checkpoint carries no scales
+            return (scales, {"checkpoint": scales, "kv_cache_scheme": scheme, "quantization": read_provenance(scales)})
         if m.source == "embedded":
             if self._model is None:
                 self._emit("note", "preparing the embedded model (first run converts the GGUF, ~1 min)")
@@ -307,7 +319,7 @@ class Sweeper:
         engine_version = llama_cpp_version() if server.engine == EngineKind.LLAMACPP else vllm_version()
         try:
             model_path, model_files = self._model_path(server)
-        except GgufError as e:
+        except (GgufError, CheckpointError) as e:
             prov = base_provenance(self.spec.model.id, "", {}, engine_version, self._sha)
             return _Refusal(f"model weights not available: {e}", [], prov)
         prov = base_provenance(self.spec.model.id, model_path, model_files, engine_version, self._sha)

