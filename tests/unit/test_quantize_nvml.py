@@ -58,7 +58,8 @@ def test_quantize_builds_the_recipe_and_writes_provenance(tmp_path, monkeypatch)
                       "llmcompressor.modifiers.quantization": quant, "datasets": datasets}.items():
         monkeypatch.setitem(sys.modules, name, mod)
     out = quantize("Qwen/Qwen2.5-7B-Instruct", "gptq", tmp_path / "out", samples=64, revision="abc123")
-    assert type(calls["recipe"]).__name__ == "GPTQModifier" and calls["recipe"].kw["scheme"] == "W4A16"
+    (mod,) = calls["recipe"]
+    assert type(mod).__name__ == "GPTQModifier" and mod.kw["scheme"] == "W4A16" and "kv_cache_scheme" not in mod.kw
     assert calls["dataset"] == ("dataset", 64) and calls["num_calibration_samples"] == 64
     prov = read_provenance(str(out))
     assert prov["method"] == "gptq" and prov["group_size"] == 128 and prov["source_revision"] == "abc123"
