@@ -73,8 +73,9 @@ class ModelSpec(LateFields):
                           "fp8_calibrated. Make one with `atlas quantize --kv-scales`")
     _late_fields: ClassVar[tuple[str, ...]] = ("sha256", "kv_scales")
 
-    def kv_scales_checkpoint(self, q: Quantization) -> str | None:
-        return (self.kv_scales or {}).get(q)
+    def kv_scales_checkpoint(self, q: Quantization, kv: KVCacheDtype) -> str | None:
+        """The checkpoint served for these weights and KV cache when it carries calibrated KV scales."""
+        return (self.kv_scales or {}).get(q) if kv == KVCacheDtype.FP8_CALIBRATED else None
 
     @model_validator(mode="after")
     def _path_given(self) -> ModelSpec:

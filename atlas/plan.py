@@ -102,7 +102,7 @@ def infeasible_reason(spec: SweepSpec, gpu: GpuSpec, s: ServerKnobs, vllm: VllmC
     if s.engine == EngineKind.LLAMACPP:
         return _llamacpp_reason(s, gpu)
     q = s.quantization
-    scales = spec.model.kv_scales_checkpoint(q) if s.kv_cache_dtype == KVCacheDtype.FP8_CALIBRATED else None
+    scales = spec.model.kv_scales_checkpoint(q, s.kv_cache_dtype)
     if q in (Quantization.AWQ, Quantization.GPTQ) and q not in spec.model.checkpoints and not scales:
         return f"no {q.value.upper()} checkpoint given (model.checkpoints.{q.value}: a pre-quantized folder or hub id)"
     if s.kv_cache_dtype == KVCacheDtype.FP8_CALIBRATED and not scales and vllm and not vllm.calculate_kv_scales:

@@ -76,13 +76,15 @@ def default_engine(spec: SweepSpec, gpu: GpuSpec, cfg: RunConfig, model_path: st
                               startup_timeout_s=spec.startup_timeout_s, env=spec.engine_env,
                               extra_args=spec.extra_engine_args)
     s = cfg.server
+    scales = spec.model.kv_scales_checkpoint(s.quantization, s.kv_cache_dtype)
     # fp8_calibrated without a checkpoint that carries scales: only a vLLM that still computes them at
     # start-up gets here (plan.expand skips the point on a newer one)
-    calc = s.kv_cache_dtype == KVCacheDtype.FP8_CALIBRATED and not spec.model.kv_scales_checkpoint(s.quantization)
+    calc = s.kv_cache_dtype == KVCacheDtype.FP8_CALIBRATED and not scales
+    checkpoint = bool(scales or spec.model.checkpoints.get(s.quantization))
     return VllmEngine(s, model_path, served_name=spec.model.id, host=spec.host, port=spec.port,
                       max_model_len=spec.model.max_model_len, on_cpu=gpu.is_cpu, log_path=log_path,
-                      startup_timeout_s=spec.startup_timeout_s, calculate_kv_scales=calc, env=spec.engine_env,
-                      extra_args=spec.extra_engine_args)
+                      startup_timeout_s=spec.startup_timeout_s, calculate_kv_scales=calc, checkpoint=checkpoint,
+                      env=spec.engine_env, extra_args=spec.extra_engine_args)
 
 
 def numerics_key(s: ServerKnobs) -> NumericsKey:
@@ -258,8 +260,7 @@ class Sweeper:
         m = self.spec.model
         if server.engine == EngineKind.LLAMACPP:
             return self._gguf(server)
-        scales = m.kv_scales_checkpoint(server.quantization) if server.kv_cache_dtype == KVCacheDtype.FP8_CALIBRATED \
-            else None
+        scales = m.kv_scales_checkpoint(server.quantization, server.kv_cache_dtype)
         if scales:  # this checkpoint stands for the weights too (it is them, with the KV scales added)
             scheme = checkpoint_kv_scheme(scales)  # raises when the checkpoint carries no scales
             return (scales, {"checkpoint": scales, "kv_cache_scheme": scheme, "quantization": read_provenance(scales)})

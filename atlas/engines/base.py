@@ -34,6 +34,10 @@ class Engine(Protocol):
 
 # "ValueError: msg", "torch.OutOfMemoryError: msg", possibly behind a logger prefix; not "raise XError(...)".
 _ERROR_LINE = re.compile(r"(?:^|[\s\]])((?:[a-z_]+\.)*[A-Z]\w*(?:Error|Exception)): (\S.*)$|CUDA out of memory.*$")
+# Running out of (GPU) memory, including vLLM's "no room left for the KV cache" refusals: these depend on
+# gpu_memory_utilization and the batch, not on the numerics, so they are not memoized as a refusal.
+_MEMORY = re.compile(r"out of memory|No available memory for the cache blocks|"
+                     r"larger than the available KV cache memory", re.I)
 _GENERIC = re.compile(r"See root cause above|Engine core initialization failed|^Traceback|"
                       r"Engine process failed to start|APIServer|core\.py.*raise", re.I)
 
@@ -46,7 +50,7 @@ def reason_from_log(lines: list[str], fallback: str) -> str:
         if not m or _GENERIC.search(line):
             continue
         text = m.group(0).strip()
-        if "out of memory" in text.lower():
+        if _MEMORY.search(text):
             return "out of memory: " + text[:300]
         candidates.append(text[:300])
     return candidates[0] if candidates else fallback

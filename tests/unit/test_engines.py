@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from atlas.config import ServerKnobs
-from atlas.engines.base import reason_from_log
+from atlas.engines.base import EngineError, reason_from_log
 from atlas.engines.vllm import build_argv, parse_capacity, parse_prometheus
 from atlas.hardware import HardwareError, check_gpu_present, get_gpu, load_gpus, price_usd_per_hour
 from atlas.knobs import Dtype, KVCacheDtype, Quantization
@@ -52,9 +52,22 @@ def test_reason_from_log_picks_root_cause():
     oom = ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"]
     assert reason_from_log(oom, "x").startswith("out of memory")
     assert reason_from_log(["all fine"], "fallback") == "fallback"
+    # vLLM's KV-cache memory refusals (v1/core/kv_cache_utils.py) depend on gpu_memory_utilization and the
+    # batch, not the numerics: memory, so not memoized as a refusal of the whole numerics
+    for line in ["(EngineCore pid=9) ERROR [core.py:1] ValueError: No available memory for the cache blocks. "
+                 "Try increasing `gpu_memory_utilization` when initializing the engine",
+                 "ValueError: To serve at least one request with the model's max seq len (32768), (1.75 GiB KV "
+                 "cache is needed, which is larger than the available KV cache memory (0.94 GiB)."]:
+        reason = reason_from_log([line], "x")
+        assert reason.startswith("out of memory: ValueError") and EngineError(reason).kind == "oom"
 
 
 def test_parse_capacity_and_prometheus():
+    # vLLM 0.32 logs both on one line (v1/core/kv_cache_utils.py update_kv_cache_capacity)
+    one = ["(EngineCore pid=7) INFO [kv_cache_utils.py:2328] GPU KV cache size: 2,412,320 tokens, Maximum "
+           "concurrency for 2,048 tokens per request: 1177.89x"]
+    assert parse_capacity(one) == {"kv_cache_tokens": 2412320, "max_concurrency": 1177.89,
+                                   "max_concurrency_at_tokens": 2048}
     lines = ["INFO [kv_cache_utils.py:1] GPU KV cache size: 1,234,567 tokens",
              "INFO Maximum concurrency for 32,768 tokens per request: 37.68x"]
     assert parse_capacity(lines) == {"kv_cache_tokens": 1234567, "max_concurrency": 37.68,

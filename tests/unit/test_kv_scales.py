@@ -143,3 +143,20 @@ def test_quantize_refuses_what_cannot_carry_kv_scales(tmp_path, monkeypatch):
         quantize("m", "none", tmp_path / "a")
     with pytest.raises(QuantizeError, match="without KV-cache scales"):
         quantize("m", "awq", tmp_path / "b", tool="autoawq", kv_scales=True)
+
+
+def test_a_checkpoint_names_its_own_method_so_fp8_is_asked_for_only_on_16_bit_weights(tmp_path):
+    """vLLM refuses `--quantization fp8` on a compressed-tensors checkpoint ("does not match the quantization
+    method"): dynamic FP8 from the 16-bit model names it, an FP8 checkpoint (or one with KV scales) does not."""
+    from atlas.plan import RunConfig, load_points
+    from atlas.sweep import default_engine
+
+    def argv(model):
+        spec = parse_spec({**BASE, "model": {**BASE["model"], **model}, "grid": {"quantization": ["fp8"]}})
+        s = ServerKnobs(quantization="fp8", kv_cache_dtype=KVCacheDtype.FP8_CALIBRATED)
+        cfg = RunConfig(engine="vllm", gpu="h100", model=spec.model, server=s, load=load_points(spec)[0])
+        return default_engine(spec, get_gpu("h100"), cfg, "/x", tmp_path / "log").argv
+
+    assert "--quantization" in argv({})
+    assert "--quantization" not in argv({"checkpoints": {"fp8": "/fp8"}})
+    assert "--quantization" not in argv({"kv_scales": {"fp8": "/fp8-kv"}})
