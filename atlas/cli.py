@@ -295,6 +295,8 @@ def quantize_cmd(model: str = typer.Argument(..., help="16-bit source model: fol
                                                 "(for kv_cache_dtype fp8_calibrated: model.kv_scales.<method>)"),
                  tool: str = typer.Option("llmcompressor", help="llmcompressor or autoawq (awq only)"),
                  samples: int = typer.Option(128, help="calibration samples (Atlas's shipped text)"),
+                 group_size: int = typer.Option(128, help="int4 group size (awq, gptq); it must divide every "
+                                                          "layer's input width"),
                  revision: str = typer.Option(None, help="source model revision, recorded in provenance")) -> None:
     """Produce a quantized checkpoint; give it to a sweep as model.checkpoints.<method> (or, with --kv-scales,
     as model.kv_scales.<method>)."""
@@ -304,7 +306,7 @@ def quantize_cmd(model: str = typer.Argument(..., help="16-bit source model: fol
         _fail(ValueError(f"unknown --method {method!r} or --tool {tool!r}"))
     try:
         path = quantize(model, method, out, tool=tool, samples=samples, revision=revision,  # type: ignore[arg-type]
-                        kv_scales=kv_scales)
+                        kv_scales=kv_scales, group_size=group_size)
     except QuantizeError as e:
         _fail(e)
     console.print(f"checkpoint: {path} (provenance in {path / 'atlas-quantize.json'})")

@@ -64,18 +64,28 @@ def recipe_for(method: Method, group_size: int, kv_scales: bool = False) -> list
         return [QuantizationModifier(**kv)]
     if method == "fp8":  # per-channel FP8 weights, dynamic per-token FP8 activations: no calibration needed
         return [QuantizationModifier(scheme="FP8_DYNAMIC", **linear, **kv)]
-    if group_size != 128:
-        raise QuantizeError(f"llm-compressor's {WEIGHT_SCHEMES[method]} scheme uses group size 128")
+    weights = int4_weights(method, group_size)
     if method == "gptq":
-        return [GPTQModifier(scheme="W4A16", **linear, **kv)]
+        return [GPTQModifier(**weights, **linear, **kv)]
     try:  # llm-compressor >= 0.14: AWQ is a transform (smoothing) followed by plain W4A16 quantization
         from llmcompressor.modifiers.transform.awq import AWQModifier
 
-        return [AWQModifier(), QuantizationModifier(scheme="W4A16_ASYM", **linear, **kv)]
+        return [AWQModifier(), QuantizationModifier(**weights, **linear, **kv)]
     except ImportError:
         from llmcompressor.modifiers.awq import AWQModifier as OldAWQModifier
 
-        return [OldAWQModifier(scheme="W4A16_ASYM", **linear, **kv)]
+        return [OldAWQModifier(**weights, **linear, **kv)]
+
+
+def int4_weights(method: Method, group_size: int) -> dict[str, Any]:
+    """llm-compressor's preset (group size 128), or the same int4 scheme with another group size (for models
+    whose layer widths 128 does not divide, e.g. SmolLM2's 576)."""
+    if group_size == 128:
+        return {"scheme": WEIGHT_SCHEMES[method]}
+    if group_size < 1:
+        raise QuantizeError(f"--group-size must be positive, not {group_size}")
+    args = {"num_bits": 4, "type": "int", "symmetric": method == "gptq", "strategy": "group", "group_size": group_size}
+    return {"config_groups": {"group_0": {"targets": ["Linear"], "weights": args}}}
 
 
 def quantize(model: str, method: Method, out: Path, *, tool: Tool = "llmcompressor", group_size: int = 128,

@@ -160,3 +160,15 @@ def test_a_checkpoint_names_its_own_method_so_fp8_is_asked_for_only_on_16_bit_we
     assert "--quantization" in argv({})
     assert "--quantization" not in argv({"checkpoints": {"fp8": "/fp8"}})
     assert "--quantization" not in argv({"kv_scales": {"fp8": "/fp8-kv"}})
+
+
+def test_int4_group_sizes_other_than_the_presets(tmp_path, monkeypatch):
+    calls: dict = {}
+    _fake_llmcompressor(monkeypatch, tmp_path, calls)
+    quantize("m", "gptq", tmp_path / "g64", group_size=64, samples=8)
+    (mod,) = calls["recipe"]
+    weights = mod.kw["config_groups"]["group_0"]["weights"]
+    assert "scheme" not in mod.kw and weights["group_size"] == 64 and weights["symmetric"]
+    quantize("m", "awq", tmp_path / "a64", group_size=64, samples=8)
+    assert not calls["recipe"][1].kw["config_groups"]["group_0"]["weights"]["symmetric"]  # AWQ: asymmetric
+    assert read_provenance(str(tmp_path / "a64"))["group_size"] == 64
