@@ -169,6 +169,16 @@ def _checkpoint_file(checkpoint: str, name: str) -> Path | None:
         return None
 
 
+def has_kv_scales(checkpoint: str) -> bool:
+    """Whether vLLM would take FP8 KV-cache scales from this checkpoint: it then stores the KV cache in FP8 even
+    when asked for `--kv-cache-dtype auto` (seen with vLLM 0.32: twice the KV capacity, no log line saying so)."""
+    try:
+        checkpoint_kv_scheme(checkpoint)
+    except CheckpointError:
+        return False
+    return True
+
+
 def checkpoint_kv_scheme(checkpoint: str) -> dict[str, Any]:
     """How a checkpoint's FP8 KV-cache scales were made (its quantization_config.kv_cache_scheme, or the scale
     tensors it holds). Raises CheckpointError when it has none: vLLM would then run FP8 with scale 1.0, the very

