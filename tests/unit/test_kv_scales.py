@@ -2,8 +2,6 @@
 otherwise, and a clear skip (never a silent scale-1.0 run) when neither is there."""
 
 import json
-import sys
-import types
 
 import pytest
 
@@ -14,6 +12,7 @@ from atlas.hardware import get_gpu
 from atlas.knobs import KVCacheDtype
 from atlas.plan import PlannedRun, SkippedRun, expand
 from atlas.quantize import CheckpointError, checkpoint_kv_scheme, quantize, read_provenance
+from tests.unit.fakes import fake_llmcompressor
 
 OLD = VllmCaps("vllm==0.11.0", calculate_kv_scales=True)
 NEW = VllmCaps("vllm==0.32.0", calculate_kv_scales=False)
@@ -93,30 +92,9 @@ def test_checkpoint_kv_scheme_is_read_and_its_absence_is_an_error(tmp_path):
         checkpoint_kv_scheme(str(tmp_path / "e"))
 
 
-def _fake_llmcompressor(monkeypatch, tmp_path, calls, new_awq=True):
-    class Mod:
-        def __init__(self, **kw):
-            self.kw = kw
-
-    quant = types.ModuleType("llmcompressor.modifiers.quantization")
-    quant.GPTQModifier = type("GPTQModifier", (Mod,), {})
-    quant.QuantizationModifier = type("QuantizationModifier", (Mod,), {})
-    awq = types.ModuleType("llmcompressor.modifiers.transform.awq")
-    awq.AWQModifier = type("AWQModifier", (Mod,), {})
-    root = types.ModuleType("llmcompressor")
-    root.oneshot = lambda **kw: calls.update(kw)
-    datasets = types.ModuleType("datasets")
-    datasets.Dataset = types.SimpleNamespace(from_dict=lambda d: ("dataset", len(d["text"])))
-    mods = {"llmcompressor": root, "llmcompressor.modifiers": types.ModuleType("m"),
-            "llmcompressor.modifiers.quantization": quant, "datasets": datasets,
-            "llmcompressor.modifiers.transform.awq": awq if new_awq else None}
-    for name, mod in mods.items():
-        monkeypatch.setitem(sys.modules, name, mod)
-
-
 def test_quantize_kv_scales_recipes(tmp_path, monkeypatch):
     calls: dict = {}
-    _fake_llmcompressor(monkeypatch, tmp_path, calls)
+    fake_llmcompressor(monkeypatch, calls)
     out = quantize("Qwen/Qwen2.5-7B-Instruct", "none", tmp_path / "kv", kv_scales=True, samples=16)
     (mod,) = calls["recipe"]
     assert type(mod).__name__ == "QuantizationModifier" and mod.kw == {"kv_cache_scheme": mod.kw["kv_cache_scheme"]}
@@ -136,7 +114,7 @@ def test_quantize_kv_scales_recipes(tmp_path, monkeypatch):
 
 
 def test_quantize_refuses_what_cannot_carry_kv_scales(tmp_path, monkeypatch):
-    _fake_llmcompressor(monkeypatch, tmp_path, {})
+    fake_llmcompressor(monkeypatch, {})
     from atlas.quantize import QuantizeError
 
     with pytest.raises(QuantizeError, match="add --kv-scales"):
@@ -164,7 +142,7 @@ def test_a_checkpoint_names_its_own_method_so_fp8_is_asked_for_only_on_16_bit_we
 
 def test_int4_group_sizes_other_than_the_presets(tmp_path, monkeypatch):
     calls: dict = {}
-    _fake_llmcompressor(monkeypatch, tmp_path, calls)
+    fake_llmcompressor(monkeypatch, calls)
     quantize("m", "gptq", tmp_path / "g64", group_size=64, samples=8)
     (mod,) = calls["recipe"]
     weights = mod.kw["config_groups"]["group_0"]["weights"]

@@ -6,6 +6,7 @@ import pytest
 
 from atlas.hardware import nvidia_gpu_details
 from atlas.quantize import QuantizeError, calibration_texts, quantize, read_provenance
+from tests.unit.fakes import fake_llmcompressor
 
 
 class FakeNvml:
@@ -36,27 +37,7 @@ def test_calibration_texts_are_shipped_text():
 
 def test_quantize_builds_the_recipe_and_writes_provenance(tmp_path, monkeypatch):
     calls = {}
-
-    class Mod:
-        def __init__(self, **kw):
-            self.kw = kw
-
-    quant = types.ModuleType("llmcompressor.modifiers.quantization")
-    quant.GPTQModifier = type("GPTQModifier", (Mod,), {})
-    quant.QuantizationModifier = type("QuantizationModifier", (Mod,), {})
-    root = types.ModuleType("llmcompressor")
-
-    def oneshot(**kw):
-        calls.update(kw)
-        (tmp_path / "out" / "config.json").parent.mkdir(exist_ok=True)
-        (tmp_path / "out" / "config.json").write_text("{}")
-
-    root.oneshot = oneshot
-    datasets = types.ModuleType("datasets")
-    datasets.Dataset = types.SimpleNamespace(from_dict=lambda d: ("dataset", len(d["text"])))
-    for name, mod in {"llmcompressor": root, "llmcompressor.modifiers": types.ModuleType("m"),
-                      "llmcompressor.modifiers.quantization": quant, "datasets": datasets}.items():
-        monkeypatch.setitem(sys.modules, name, mod)
+    fake_llmcompressor(monkeypatch, calls)
     out = quantize("Qwen/Qwen2.5-7B-Instruct", "gptq", tmp_path / "out", samples=64, revision="abc123")
     (mod,) = calls["recipe"]
     assert type(mod).__name__ == "GPTQModifier" and mod.kw["scheme"] == "W4A16" and "kv_cache_scheme" not in mod.kw
