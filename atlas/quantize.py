@@ -154,18 +154,14 @@ def read_provenance(checkpoint: str) -> dict[str, Any] | None:
 def _checkpoint_file(checkpoint: str, name: str) -> Path | None:
     """A file of a checkpoint: from a local folder, else (a hub id) from the Hugging Face cache or the hub."""
     local = Path(checkpoint).expanduser()
-    if local.is_dir():
+    if local.is_dir() or checkpoint.startswith(("/", ".", "~")):  # a folder, or a path that is not there
         return local / name if (local / name).is_file() else None
     try:
         from huggingface_hub import hf_hub_download, try_to_load_from_cache
-    except ImportError:
-        return None
-    cached = try_to_load_from_cache(checkpoint, name)
-    if isinstance(cached, str):
-        return Path(cached)
-    try:
-        return Path(hf_hub_download(checkpoint, name))
-    except Exception:  # offline, no such repo or file: the caller says what it could not check
+
+        cached = try_to_load_from_cache(checkpoint, name)
+        return Path(cached) if isinstance(cached, str) else Path(hf_hub_download(checkpoint, name))
+    except Exception:  # no huggingface_hub, offline, not a repo id, no such repo or file: the caller says so
         return None
 
 

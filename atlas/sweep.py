@@ -417,8 +417,7 @@ class Sweeper:
             self._emit("point", f"resume: kept {label}", kept.status)
             return kept
         self._emit("note", f"measuring {label}")
-        if hasattr(engine, "reset_prefix_cache"):
-            engine.reset_prefix_cache()
+        reset = engine.reset_prefix_cache() if hasattr(engine, "reset_prefix_cache") else False
         t0 = time.monotonic()
         sampler = _MetricsSampler(engine)
         sampler.start()
@@ -433,9 +432,11 @@ class Sweeper:
         metrics = _pooled_summary(runs, per_repeat)
         stats_ = {name: repeat_stat([s.value(name) for s in per_repeat]) for name in REPEAT_METRICS}
         unstable = [n for n, s in stats_.items() if s.unstable]
-        if unstable:
-            metrics = metrics.model_copy(update={"warnings": [*metrics.warnings,
-                                                              f"unstable across repeats (CV > 10%): {', '.join(unstable)}"]})
+        warnings = [f"unstable across repeats (CV > 10%): {', '.join(unstable)}"] if unstable else []
+        if cfg.server.enable_prefix_caching and not reset:  # cached prompts would make TTFT look better
+            warnings.append("the engine's prefix cache could not be reset before this point")
+        if warnings:
+            metrics = metrics.model_copy(update={"warnings": [*metrics.warnings, *warnings]})
         status, reasons = "ok", []
         if not metrics.valid:
             status, reasons = "invalid", list(metrics.invalid_reasons)

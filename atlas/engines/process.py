@@ -141,8 +141,22 @@ class ProcessEngine:
         text = self._get("/metrics")
         return parse_prometheus(text, SCRAPED) if text else {}
 
-    def reset_prefix_cache(self) -> bool:
-        return self._get("/reset_prefix_cache", method="POST") is not None
+    def reset_prefix_cache(self, tries: int = 5, wait_s: float = 0.5) -> bool:
+        """Empties the engine's prefix cache. vLLM answers 200 with {"success": false} while blocks are still
+        held (a previous point's requests finishing), so the answer is read and the reset tried again."""
+        for attempt in range(tries):
+            body = self._get("/reset_prefix_cache", method="POST")
+            if body is None:
+                return False
+            try:
+                answer = json.loads(body) if body.strip() else None
+            except ValueError:
+                answer = None
+            if not isinstance(answer, dict) or answer.get("success", True):
+                return True
+            if attempt < tries - 1:
+                time.sleep(wait_s)
+        return False
 
     def provenance(self) -> dict:  # type: ignore[type-arg]
         return {"engine": self.name, "argv": self.argv[1:], "ready_s": self.ready_s}

@@ -40,6 +40,7 @@ class MockOptions:
     degrade: float = 0.0  # fraction of eval items answered wrongly (oracle mode)
     logprob: float = -2.0  # per prompt token, for perplexity
     model: str = "mock"
+    reset_busy: int = 0  # the first N prefix-cache resets answer {"success": false}, as vLLM does while busy
 
 
 class MockServer:
@@ -47,6 +48,7 @@ class MockServer:
         self.opts = opts
         self.rng = random.Random(opts.seed)
         self.count = 0
+        self.resets = 0
         self.paused_until = 0.0
         self.answers: dict[str, tuple[str, str, list[str] | None]] = {}
         for name in builtin_sets():
@@ -64,11 +66,12 @@ class MockServer:
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/metrics", self.metrics)
-        app.router.add_post("/reset_prefix_cache", self.ok)
+        app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
         return app
 
-    async def ok(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok")
+    async def reset_prefix_cache(self, request: web.Request) -> web.Response:
+        self.resets += 1
+        return web.json_response({"success": self.resets > self.opts.reset_busy})
 
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"data": [{"id": self.opts.model}]})

@@ -165,3 +165,16 @@ def test_calibrated_kv_is_served_from_the_checkpoint_with_scales_and_never_witho
     assert failed.status == "failed" and "carries no KV-cache scales" in failed.reasons[0]
     assert ("fp8", "fp8_calibrated") not in served  # no engine was started for it
     assert by[("fp8", "auto")].status == "ok"
+
+
+def test_prefix_cache_reset_is_retried_and_a_failed_one_is_said(tmp_path):
+    """vLLM answers {"success": false} while blocks are held: Atlas retries, and a point measured with prefix
+    caching on whose cache could not be emptied carries a warning (its TTFT may be flattered)."""
+    eng = MockEngine(MockOptions(reset_busy=2), tmp_path / "m.log")
+    with eng:
+        assert eng.reset_prefix_cache(wait_s=0.01)  # third try succeeds
+    spec = {**SPEC, "grid": {**SPEC["grid"], "quantization": ["none"], "kv_cache_dtype": ["auto"],
+                             "enable_prefix_caching": [True]}, "load": {**SPEC["load"], "repeats": 1}}
+    report, _ = run(tmp_path, Factory(lambda server, log: MockEngine(MockOptions(reset_busy=10**6), log)), spec)
+    assert report.results and all(any("prefix cache could not be reset" in w for w in r.metrics.warnings)
+                                  for r in report.results)

@@ -88,8 +88,9 @@ def test_checkpoint_kv_scheme_is_read_and_its_absence_is_an_error(tmp_path):
     with pytest.raises(CheckpointError, match="dynamic"):
         checkpoint_kv_scheme(_ckpt(tmp_path / "d", {"kv_cache_scheme": {**scheme, "dynamic": True}}))
     (tmp_path / "e").mkdir()
-    with pytest.raises(CheckpointError, match="no config.json"):
-        checkpoint_kv_scheme(str(tmp_path / "e"))
+    for missing in (str(tmp_path / "e"), "/no/such/folder", "not a repo id"):
+        with pytest.raises(CheckpointError, match="no config.json"):
+            checkpoint_kv_scheme(missing)
 
 
 def test_quantize_kv_scales_recipes(tmp_path, monkeypatch):
