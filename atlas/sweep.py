@@ -15,13 +15,12 @@ import yaml
 from atlas.config import ServerKnobs, SweepSpec
 from atlas.cost import cost_of
 from atlas.engines.base import EngineError, reason_from_log
-from atlas.engines.embedded import prepare_embedded_model, sha256_file
-from atlas.engines.gguf import GgufError, llama_cpp_version, source_gguf, variant
-from atlas.engines.vllm import VllmEngine, vllm_version
+from atlas.engines.gguf import GgufError, llama_cpp_version
+from atlas.engines.vllm import vllm_version
 from atlas.engines.vllm_caps import VllmCaps
 from atlas.evaluate import generate, perplexity
 from atlas.hardware import GpuSpec, check_gpu_present
-from atlas.knobs import DTYPE_FACTS, QUANT_FACTS, REFERENCE_KV, Dtype, EngineKind, KVCacheDtype
+from atlas.knobs import DTYPE_FACTS, QUANT_FACTS, REFERENCE_KV, EngineKind
 from atlas.lm_eval_adapter import is_lm_eval, run_task
 from atlas.loadgen import LoadRun, run_load, run_sync
 from atlas.metrics import LoadSummary, pooled_run, repeat_stat, summarize_load
@@ -37,8 +36,9 @@ from atlas.quality import (
     passage,
     score_outputs,
 )
-from atlas.quantize import CheckpointError, checkpoint_kv_scheme, has_kv_scales, read_provenance
+from atlas.quantize import CheckpointError
 from atlas.results import Provenance, ResultStore, RunResult, skipped_result
+from atlas.serving import ModelResolver, default_engine
 
 
 @dataclass
@@ -65,28 +65,6 @@ class SweepReport:
 
 EngineFactory = Callable[[SweepSpec, GpuSpec, RunConfig, str, Path], Any]
 NumericsKey = tuple[str, str, str, str]
-
-
-def default_engine(spec: SweepSpec, gpu: GpuSpec, cfg: RunConfig, model_path: str, log_path: Path) -> Any:
-    if cfg.engine == EngineKind.LLAMACPP:
-        from atlas.engines.llamacpp import LlamaCppEngine
-
-        return LlamaCppEngine(cfg.server, model_path, served_name=spec.model.id, host=spec.host, port=spec.port,
-                              max_model_len=spec.model.max_model_len, log_path=log_path,
-                              startup_timeout_s=spec.startup_timeout_s, env=spec.engine_env,
-                              extra_args=spec.extra_engine_args)
-    s = cfg.server
-    scales = spec.model.kv_scales_checkpoint(s.quantization, s.kv_cache_dtype)
-    # fp8_calibrated without a checkpoint that carries scales: only a vLLM that still computes them at
-    # start-up gets here (plan.expand skips the point on a newer one)
-    calc = s.kv_cache_dtype == KVCacheDtype.FP8_CALIBRATED and not scales
-    checkpoint = bool(scales or spec.model.checkpoints.get(s.quantization))
-    # a checkpoint with KV scales makes vLLM store an `auto` KV cache in FP8 unless the 16-bit dtype is named
-    pin_kv = s.kv_cache_dtype == KVCacheDtype.AUTO and checkpoint and has_kv_scales(model_path)
-    return VllmEngine(s, model_path, served_name=spec.model.id, host=spec.host, port=spec.port,
-                      max_model_len=spec.model.max_model_len, on_cpu=gpu.is_cpu, log_path=log_path,
-                      startup_timeout_s=spec.startup_timeout_s, calculate_kv_scales=calc, checkpoint=checkpoint,
-                      pin_16bit_kv=pin_kv, env=spec.engine_env, extra_args=spec.extra_engine_args)
 
 
 def numerics_key(s: ServerKnobs) -> NumericsKey:
@@ -182,8 +160,7 @@ class Sweeper:
         self.baselines: dict[EngineKind, tuple[str, QualityResult]] = {}  # per engine: its own reference
         self.done = 0
         self.total = 0
-        self._model: tuple[str, dict] | None = None  # type: ignore[type-arg]
-        self._gguf_source: tuple[Path, dict, str] | None = None  # type: ignore[type-arg]
+        self.models = ModelResolver(spec, lambda message: self._emit("note", message))
         self._sha = git_sha()
 
     # ---------------------------------------------------------------------------------------------------
@@ -258,46 +235,6 @@ class Sweeper:
         self._emit("point", result.label, result.status)
         return result
 
-    def _model_path(self, server: ServerKnobs) -> tuple[str, dict]:  # type: ignore[type-arg]
-        m = self.spec.model
-        if server.engine == EngineKind.LLAMACPP:
-            return self._gguf(server)
-        scales = m.kv_scales_checkpoint(server.quantization, server.kv_cache_dtype)
-        if scales:  # this checkpoint stands for the weights too (it is them, with the KV scales added)
-            scheme = checkpoint_kv_scheme(scales)  # raises when the checkpoint carries no scales
-            return (scales, {"checkpoint": scales, "kv_cache_scheme": scheme, "quantization": read_provenance(scales)})
-        if m.source == "embedded":
-            if self._model is None:
-                self._emit("note", "preparing the embedded model (first run converts the GGUF, ~1 min)")
-                path, prov = prepare_embedded_model()
-                self._model = (str(path), prov)
-            return self._model
-        ckpt = m.checkpoints.get(server.quantization)
-        if not ckpt:
-            return (m.path or "", {"revision": m.revision} if m.revision else {})
-        if server.kv_cache_dtype == KVCacheDtype.FP8 or server.dtype == Dtype.FLOAT32:
-            if has_kv_scales(ckpt):  # vLLM would use them: not the scale-1.0 point, or an FP8 cache for `auto`
-                raise CheckpointError(f"model.checkpoints.{server.quantization.value}: {ckpt} carries calibrated "
-                                      f"KV-cache scales, which vLLM applies: kv_cache_dtype {server.kv_cache_dtype.value} "
-                                      f"with dtype {server.dtype.value} needs a checkpoint without them")
-        return (ckpt, {"checkpoint": ckpt, "quantization": read_provenance(ckpt)})
-
-    def _gguf(self, server: ServerKnobs) -> tuple[str, dict]:  # type: ignore[type-arg]
-        """The GGUF of this weight type: a given file (model.checkpoints), else made from the source GGUF."""
-        given = self.spec.model.checkpoints.get(server.quantization)
-        if given:
-            path = Path(given).expanduser()
-            if not path.is_file():
-                raise GgufError(f"model.checkpoints.{server.quantization.value}: {given}: no such GGUF file")
-            return str(path), {"checkpoint": str(path), "sha256": sha256_file(path)}
-        if self._gguf_source is None:
-            src, src_prov = source_gguf(self.spec.model)
-            self._gguf_source = (src, src_prov, sha256_file(src))
-        src, src_prov, src_sha = self._gguf_source
-        path, prov = variant(src, server.quantization, src_sha,
-                             on_make=lambda q: self._emit("note", f"GGUF {q.value}: making it (once, then cached)"))
-        return str(path), {**src_prov, "source_sha256": src_sha, "variant": prov}
-
     # ---------------------------------------------------------------------------------------------------
     def _run_group(self, group: list[PlannedRun]) -> list[RunResult]:
         server = group[0].config.server
@@ -326,7 +263,7 @@ class Sweeper:
         key = numerics_key(server)
         engine_version = llama_cpp_version() if server.engine == EngineKind.LLAMACPP else vllm_version()
         try:
-            model_path, model_files = self._model_path(server)
+            model_path, model_files = self.models.resolve(server)
         except (GgufError, CheckpointError) as e:
             prov = base_provenance(self.spec.model.id, "", {}, engine_version, self._sha)
             return _Refusal(f"model weights not available: {e}", [], prov)

@@ -121,7 +121,7 @@ def test_every_vllm_argv_parses_with_the_installed_vllms_own_parser(tmp_path: Pa
     from atlas.config import load_spec, parse_spec
     from atlas.engines.vllm_caps import installed_vllm_caps
     from atlas.plan import PlannedRun, expand
-    from atlas.sweep import default_engine
+    from atlas.serving import default_engine
 
     parser = make_arg_parser(FlexibleArgumentParser())
     ref = load_spec(Path(__file__).parents[2] / "configs" / "qwen2.5-7b.yaml").model_dump(mode="json")

@@ -128,7 +128,7 @@ def test_a_checkpoint_names_its_own_method_so_fp8_is_asked_for_only_on_16_bit_we
     """vLLM refuses `--quantization fp8` on a compressed-tensors checkpoint ("does not match the quantization
     method"): dynamic FP8 from the 16-bit model names it, an FP8 checkpoint (or one with KV scales) does not."""
     from atlas.plan import RunConfig, load_points
-    from atlas.sweep import default_engine
+    from atlas.serving import default_engine
 
     def argv(model):
         spec = parse_spec({**BASE, "model": {**BASE["model"], **model}, "grid": {"quantization": ["fp8"]}})
@@ -158,7 +158,7 @@ def test_a_weights_checkpoint_with_kv_scales_never_passes_for_another_kv_cache(t
     capacity, no log line) under `--kv-cache-dtype auto`, and its scales under `fp8`. So `auto` names the 16-bit
     dtype, and `fp8` (scale 1.0) refuses such a checkpoint."""
     from atlas.plan import RunConfig, load_points
-    from atlas.sweep import Sweeper, default_engine
+    from atlas.serving import ModelResolver, default_engine
 
     ckpt = _ckpt(tmp_path / "gptq-kv", {"quant_method": "compressed-tensors",
                                         "kv_cache_scheme": {"num_bits": 8, "type": "float", "dynamic": False}})
@@ -175,9 +175,9 @@ def test_a_weights_checkpoint_with_kv_scales_never_passes_for_another_kv_cache(t
 
     assert "--kv-cache-dtype bfloat16" in argv("gptq", "auto")
     assert "--kv-cache-dtype" not in argv("awq", "auto")  # nothing to override
-    sweeper = Sweeper(spec, get_gpu("h100"), tmp_path / "results", check_hardware=False)
+    models = ModelResolver(spec, print)
     with pytest.raises(CheckpointError, match="carries calibrated KV-cache scales.*kv_cache_dtype fp8"):
-        sweeper._model_path(cfg("gptq", "fp8").server)
+        models.resolve(cfg("gptq", "fp8").server)
     with pytest.raises(CheckpointError, match="dtype float32"):
-        sweeper._model_path(cfg("gptq", "auto", "float32").server)
-    assert sweeper._model_path(cfg("awq", "fp8").server)[0] == plain
+        models.resolve(cfg("gptq", "auto", "float32").server)
+    assert models.resolve(cfg("awq", "fp8").server)[0] == plain
