@@ -19,6 +19,7 @@ from atlas.quantize import CheckpointError, checkpoint_kv_scheme, has_kv_scales,
 
 
 def default_engine(spec: SweepSpec, gpu: GpuSpec, cfg: RunConfig, model_path: str, log_path: Path) -> Any:
+    """The engine (not started) that serves this config from `model_path`."""
     if cfg.engine == EngineKind.LLAMACPP:
         from atlas.engines.llamacpp import LlamaCppEngine
 
@@ -38,7 +39,6 @@ def default_engine(spec: SweepSpec, gpu: GpuSpec, cfg: RunConfig, model_path: st
                       max_model_len=spec.model.max_model_len, on_cpu=gpu.is_cpu, log_path=log_path,
                       startup_timeout_s=spec.startup_timeout_s, calculate_kv_scales=calc, checkpoint=checkpoint,
                       pin_16bit_kv=pin_kv, env=spec.engine_env, extra_args=spec.extra_engine_args)
-
 
 
 class ModelResolver:
