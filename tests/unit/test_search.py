@@ -175,6 +175,7 @@ def test_workers_plan_with_the_vllm_the_study_was_made_with(tmp_path):
     caps = VllmCaps("vllm==0.32.0", calculate_kv_scales=False)
     create_study(SPEC, "cpu", SearchSettings(), url, "v", vllm=caps)
     assert join_study(url, "v").vllm == caps  # a worker on another host expands the same points
+    assert create_study(SPEC, "cpu", SearchSettings(), url, "v", vllm=caps).vllm == caps  # rerun: joins it
     with pytest.raises(SearchError, match="already exists with another vllm"):
         create_study(SPEC, "cpu", SearchSettings(), url, "v", vllm=VllmCaps("vllm==0.11.0", True))
     create_study(SPEC, "cpu", SearchSettings(), url, "none")
