@@ -81,6 +81,9 @@ class ModelSpec(LateFields):
     def _path_given(self) -> ModelSpec:
         if self.source != "embedded" and not self.path:
             raise ValueError(f"model.path is required when model.source is {self.source!r}")
+        if bad := [q.value for q in self.kv_scales or {} if QUANT_FACTS[q].engine != EngineKind.VLLM]:
+            raise ValueError(f"kv_scales: {', '.join(bad)} are llama.cpp weight types; calibrated FP8 KV scales "
+                             f"are for vLLM weights ({', '.join(sorted(q.value for q in ENGINE_QUANTS[EngineKind.VLLM]))})")
         return self
 
 

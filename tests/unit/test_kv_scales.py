@@ -181,3 +181,10 @@ def test_a_weights_checkpoint_with_kv_scales_never_passes_for_another_kv_cache(t
     with pytest.raises(CheckpointError, match="dtype float32"):
         models.resolve(cfg("gptq", "auto", "float32").server)
     assert models.resolve(cfg("awq", "fp8").server)[0] == plain
+
+
+def test_kv_scales_only_for_vllm_weights():
+    from atlas.config import SpecError
+
+    with pytest.raises(SpecError, match="kv_scales: q4_0 are llama.cpp weight types"):
+        parse_spec({**BASE, "model": {**BASE["model"], "kv_scales": {"q4_0": "/x"}}})
