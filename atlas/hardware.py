@@ -61,6 +61,11 @@ def load_gpus(path: Path | None = None) -> dict[str, GpuSpec]:
     return out
 
 
+def gpu_named(nvml_name: str, path: Path | None = None) -> GpuSpec | None:
+    """The gpus.yaml entry of a GPU as NVML (or torch) names it, or None."""
+    return next((g for g in load_gpus(path).values() if nvml_name in g.nvml_names), None)
+
+
 def get_gpu(key: str, path: Path | None = None) -> GpuSpec:
     gpus = load_gpus(path)
     if key not in gpus:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from atlas.hardware import load_gpus, nvidia_gpu_details  # noqa: E402
+from atlas.hardware import gpu_named, nvidia_gpu_details  # noqa: E402
 
 
 def _time_ms(fn, repeats: int = 10, warmup: int = 3) -> float:  # type: ignore[no-untyped-def]
@@ -80,7 +80,7 @@ def main() -> int:
         print("gpu_ceilings: no CUDA GPU visible to torch")
         return 2
     name = torch.cuda.get_device_name()
-    spec = next((s for s in load_gpus().values() if name in s.nvml_names), None)
+    spec = gpu_named(name)
     details = nvidia_gpu_details()
     print(f"GPU {name} (NVML: {details[0] if details else 'unavailable'}); torch {torch.__version__}, "
           f"CUDA {torch.version.cuda}; gpus.yaml: {spec.key if spec else 'no entry'}")

