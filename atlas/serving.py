@@ -11,6 +11,7 @@ from typing import Any
 from atlas.config import ServerKnobs, SweepSpec
 from atlas.engines.embedded import prepare_embedded_model, sha256_file
 from atlas.engines.gguf import GgufError, source_gguf, variant
+from atlas.engines.process import launch_name
 from atlas.engines.vllm import VllmEngine
 from atlas.hardware import GpuSpec
 from atlas.knobs import Dtype, EngineKind, KVCacheDtype
@@ -23,7 +24,7 @@ def default_engine(spec: SweepSpec, gpu: GpuSpec, cfg: RunConfig, model_path: st
     if cfg.engine == EngineKind.LLAMACPP:
         from atlas.engines.llamacpp import LlamaCppEngine
 
-        return LlamaCppEngine(cfg.server, model_path, served_name=spec.model.id, host=spec.host, port=spec.port,
+        return LlamaCppEngine(cfg.server, model_path, served_name=launch_name(spec.model.id), host=spec.host, port=spec.port,
                               max_model_len=spec.model.max_model_len, log_path=log_path,
                               startup_timeout_s=spec.startup_timeout_s, env=spec.engine_env,
                               extra_args=spec.extra_engine_args)
@@ -35,7 +36,7 @@ def default_engine(spec: SweepSpec, gpu: GpuSpec, cfg: RunConfig, model_path: st
     checkpoint = bool(scales or spec.model.checkpoints.get(s.quantization))
     # a checkpoint with KV scales makes vLLM store an `auto` KV cache in FP8 unless the 16-bit dtype is named
     pin_kv = s.kv_cache_dtype == KVCacheDtype.AUTO and checkpoint and has_kv_scales(model_path)
-    return VllmEngine(s, model_path, served_name=spec.model.id, host=spec.host, port=spec.port,
+    return VllmEngine(s, model_path, served_name=launch_name(spec.model.id), host=spec.host, port=spec.port,
                       max_model_len=spec.model.max_model_len, on_cpu=gpu.is_cpu, log_path=log_path,
                       startup_timeout_s=spec.startup_timeout_s, calculate_kv_scales=calc, checkpoint=checkpoint,
                       pin_16bit_kv=pin_kv, env=spec.engine_env, extra_args=spec.extra_engine_args)

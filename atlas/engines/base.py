@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import socket
 from typing import Protocol, runtime_checkable
 
 
@@ -54,13 +53,3 @@ def reason_from_log(lines: list[str], fallback: str) -> str:
             return "out of memory: " + text[:300]
         candidates.append(text[:300])
     return candidates[0] if candidates else fallback
-
-
-def port_is_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True

@@ -57,7 +57,8 @@ def build_argv(server: ServerKnobs, gguf: str, *, binary: str, served_name: str,
 
 
 SCRAPED = ("llamacpp:requests_processing", "llamacpp:requests_deferred", "llamacpp:n_decode_total",
-           "llamacpp:n_busy_slots_per_decode", "llamacpp:kv_cache_usage_ratio", "llamacpp:kv_cache_tokens")
+           "llamacpp:n_busy_slots_per_decode", "llamacpp:kv_cache_usage_ratio", "llamacpp:kv_cache_tokens",
+           "llamacpp:tokens_predicted_total")
 
 
 def server_version(binary: Path) -> str | None:
@@ -81,13 +82,18 @@ class LlamaCppEngine(ProcessEngine):
     # llama-server closes kept-alive connections after a streamed answer; a reused one fails to send
     fresh_connections = True
 
-    def __init__(self, server: ServerKnobs, gguf: str, *, served_name: str, host: str, port: int,
+    served_tokens_metric = "llamacpp:tokens_predicted_total"
+
+    def __init__(self, server: ServerKnobs, gguf: str, *, served_name: str, host: str, port: int | None,
                  max_model_len: int, log_path: Path, startup_timeout_s: float = 300.0,
                  env: dict[str, str] | None = None, extra_args: list[str] | None = None,
                  gguf_provenance: dict | None = None):  # type: ignore[type-arg]
         binary = server_binary()
-        argv = build_argv(server, gguf, binary=str(binary), served_name=served_name, host=host, port=port,
-                          max_model_len=max_model_len, extra=extra_args)
+
+        def argv(p: int) -> list[str]:
+            return build_argv(server, gguf, binary=str(binary), served_name=served_name, host=host, port=p,
+                              max_model_len=max_model_len, extra=extra_args)
+
         super().__init__(argv, served_name=served_name, host=host, port=port, log_path=log_path,
                          startup_timeout_s=startup_timeout_s, env={"LD_LIBRARY_PATH": _lib_path(binary), **(env or {})})
         self.server, self.gguf, self.binary = server, gguf, binary
@@ -97,11 +103,17 @@ class LlamaCppEngine(ProcessEngine):
         text = self._get("/metrics")
         return parse_prometheus(text, SCRAPED) if text else {}
 
+    def count_tokens(self, prompt: str) -> int | None:
+        """llama-server's /tokenize, with the special tokens a completion request adds (BOS)."""
+        answer = self._post_json("/tokenize", {"content": prompt, "add_special": True})
+        tokens = answer.get("tokens") if answer else None
+        return len(tokens) if isinstance(tokens, list) else None
+
     def perplexity(self, text: str) -> tuple[float, int]:
         kv = cache_type(self.server.kv_cache_dtype)
         return perplexity(Path(self.gguf), text, kv, kv)
 
     def provenance(self) -> dict:  # type: ignore[type-arg]
-        return {"engine": f"llama-server ({server_version(self.binary) or 'unknown version'}, from "
-                          f"{llama_cpp_version() or 'llama-cpp-python'})",
-                "argv": self.argv[1:], "ready_s": self.ready_s, "gguf": self.gguf_provenance}
+        return {**super().provenance(),
+                "engine": f"llama-server ({server_version(self.binary) or 'unknown version'}, from "
+                          f"{llama_cpp_version() or 'llama-cpp-python'})", "gguf": self.gguf_provenance}

@@ -89,7 +89,8 @@ def parse_prometheus(text: str, names: tuple[str, ...]) -> dict[str, float]:
 
 
 SCRAPED = ("vllm:num_preemptions_total", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
-           "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:prefix_cache_hits_total")
+           "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:prefix_cache_hits_total",
+           "vllm:generation_tokens_total", "vllm:request_success_total")
 
 
 class VllmEngine(ProcessEngine):
@@ -97,13 +98,17 @@ class VllmEngine(ProcessEngine):
 
     name = "vllm"
 
-    def __init__(self, server: ServerKnobs, model_path: str, *, served_name: str, host: str, port: int,
+    served_tokens_metric = "vllm:generation_tokens_total"
+
+    def __init__(self, server: ServerKnobs, model_path: str, *, served_name: str, host: str, port: int | None,
                  max_model_len: int, on_cpu: bool, log_path: Path, startup_timeout_s: float = 900.0,
                  calculate_kv_scales: bool = False, checkpoint: bool = False, pin_16bit_kv: bool = False,
                  env: dict[str, str] | None = None, extra_args: list[str] | None = None):
-        argv = build_argv(server, model_path, served_name=served_name, host=host, port=port,
-                          max_model_len=max_model_len, on_cpu=on_cpu, calculate_kv_scales=calculate_kv_scales,
-                          checkpoint=checkpoint, pin_16bit_kv=pin_16bit_kv, extra=extra_args)
+        def argv(p: int) -> list[str]:
+            return build_argv(server, model_path, served_name=served_name, host=host, port=p,
+                              max_model_len=max_model_len, on_cpu=on_cpu, calculate_kv_scales=calculate_kv_scales,
+                              checkpoint=checkpoint, pin_16bit_kv=pin_16bit_kv, extra=extra_args)
+
         super().__init__(argv, served_name=served_name, host=host, port=port, log_path=log_path,
                          startup_timeout_s=startup_timeout_s, env={"VLLM_SERVER_DEV_MODE": "1", **(env or {})})
         self.server = server
@@ -111,4 +116,4 @@ class VllmEngine(ProcessEngine):
     def provenance(self) -> dict:  # type: ignore[type-arg]
         with open(self.log_path, errors="replace") as f:
             capacity = parse_capacity(f.readlines())
-        return {"engine": vllm_version(), "argv": self.argv[1:], "ready_s": self.ready_s, **capacity}
+        return {**super().provenance(), "engine": vllm_version(), **capacity}

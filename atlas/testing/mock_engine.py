@@ -3,20 +3,14 @@ vLLM; and a factory mapping server knobs to mock behaviours for those tests."""
 
 from __future__ import annotations
 
-import socket
 import sys
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
-from atlas.engines.process import ProcessEngine
+from atlas.engines.process import ProcessEngine, launch_name
+from atlas.engines.procs import free_port  # noqa: F401  (tests take it from here)
 from atlas.testing.mock_server import MockOptions
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def mock_argv(opts: MockOptions, port: int) -> list[str]:
@@ -30,11 +24,15 @@ def mock_argv(opts: MockOptions, port: int) -> list[str]:
 
 
 class MockEngine(ProcessEngine):
+    """The mock server as an engine Atlas starts: a port Atlas chooses (unless `port` pins one) and, like
+    the real engines, a per-launch model name unless `opts.model` names one."""
+
     name = "mock"
+    served_tokens_metric = "vllm:generation_tokens_total"
 
     def __init__(self, opts: MockOptions, log_path: Path, port: int | None = None, startup_timeout_s: float = 30):
-        port = port or free_port()
-        super().__init__(mock_argv(opts, port), served_name=opts.model, host="127.0.0.1", port=port,
+        opts = replace(opts, model=launch_name(opts.model))
+        super().__init__(lambda p: mock_argv(opts, p), served_name=opts.model, host="127.0.0.1", port=port,
                          log_path=log_path, startup_timeout_s=startup_timeout_s)
 
 

@@ -41,6 +41,7 @@ class MockOptions:
     logprob: float = -2.0  # per prompt token, for perplexity
     model: str = "mock"
     reset_busy: int = 0  # the first N prefix-cache resets answer {"success": false}, as vLLM does while busy
+    startup_delay_s: float = 0.0  # sleep before binding the port, as a real engine loads its model first
 
 
 class MockServer:
@@ -48,6 +49,8 @@ class MockServer:
         self.opts = opts
         self.rng = random.Random(opts.seed)
         self.count = 0
+        self.running = 0  # streams being answered now
+        self.generated = 0  # tokens streamed to load requests (not to readiness probes)
         self.resets = 0
         self.paused_until = 0.0
         self.answers: dict[str, tuple[str, str, list[str] | None]] = {}
@@ -67,7 +70,14 @@ class MockServer:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
+        app.router.add_post("/tokenize", self.tokenize)
         return app
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        """vLLM's /tokenize shape; the mock's tokenizer is one token per whitespace-separated word."""
+        body = await request.json()
+        n = prompt_tokens_of(str(body.get("prompt", "")))
+        return web.json_response({"count": n, "tokens": list(range(n)), "max_model_len": 4096})
 
     async def reset_prefix_cache(self, request: web.Request) -> web.Response:
         self.resets += 1
@@ -77,7 +87,8 @@ class MockServer:
         return web.json_response({"data": [{"id": self.opts.model}]})
 
     async def metrics(self, request: web.Request) -> web.Response:
-        return web.Response(text=f"vllm:num_requests_running 0\nvllm:num_preemptions_total 0\n"
+        return web.Response(text=f"vllm:num_requests_running {self.running}\nvllm:num_preemptions_total 0\n"
+                                 f"vllm:generation_tokens_total {self.generated}\n"
                                  f"atlas_mock_requests_total {self.count}\n")
 
     def _admit(self, request: web.Request) -> web.Response | None:
@@ -121,7 +132,7 @@ class MockServer:
         body = await request.json()
         n_tokens = int(body.get("max_tokens", 16))
         prompt = str(body.get("prompt", ""))
-        prompt_tokens = max(1, len(prompt.split()))
+        prompt_tokens = prompt_tokens_of(prompt)
         if body.get("prompt_logprobs") is not None and not body.get("stream"):
             lp = [None] + [{str(i): {"logprob": self.opts.logprob, "rank": 1}} for i in range(prompt_tokens - 1)]
             return web.json_response({"choices": [{"index": 0, "text": " x", "prompt_logprobs": lp}],
@@ -129,6 +140,14 @@ class MockServer:
         if not body.get("stream"):
             return web.json_response({"choices": [{"index": 0, "text": " tok" * n_tokens}],
                                       "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n_tokens}})
+        self.running += 1
+        try:
+            return await self._stream(request, arrival, n_tokens, prompt_tokens)
+        finally:
+            self.running -= 1
+
+    async def _stream(self, request: web.Request, arrival: float, n_tokens: int,
+                      prompt_tokens: int) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         cut_at = n_tokens // 2 if self.opts.cut_stream_rate and self.rng.random() < self.opts.cut_stream_rate else -1
@@ -139,6 +158,7 @@ class MockServer:
             t = await self._wait_until(t)
             step = min(k, n_tokens - sent)
             sent += step
+            self.generated += step
             # atlas_mock: when the request arrived and this chunk left, on the shared monotonic clock
             chunk = {"choices": [{"index": 0, "text": " tok" * step}],
                      "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": sent},
@@ -185,6 +205,10 @@ class MockServer:
                                   "usage": {"prompt_tokens": 10, "completion_tokens": 10}})
 
 
+def prompt_tokens_of(prompt: str) -> int:
+    return max(1, len(prompt.split()))
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--host", default="127.0.0.1")
@@ -196,6 +220,7 @@ def main(argv: list[str] | None = None) -> None:
     opts = MockOptions(**ns)
     # The default event loop, not uvloop: uvloop's timers have millisecond granularity, which would add up
     # to a millisecond of error to every injected delay.
+    time.sleep(opts.startup_delay_s)
     web.run_app(MockServer(opts).app(), host=host, port=port, print=None, access_log=None)
 
 
