@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import tempfile
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
@@ -18,6 +20,7 @@ from atlas.plan import RunConfig, SkippedRun
 from atlas.quality import QualityResult
 
 SCHEMA_VERSION = 1
+HISTORY = "history"  # earlier measurements of re-measured points: kept, never loaded as current results
 Status = Literal["ok", "invalid", "quality_failed", "failed", "skipped"]
 DONE_STATUSES = ("ok", "invalid", "quality_failed")  # measured to the end; --resume keeps them
 
@@ -67,10 +70,14 @@ class SimulationInfo(_M):
     max_concurrency: float | None = None  # of this point's requests that the KV cache holds at once
 
 
+# Names read from result files become file names: a run id or sweep with a path in it is refused on load.
+NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$"
+
+
 class RunResult(_M):
     schema_version: int = SCHEMA_VERSION
-    run_id: str
-    sweep: str
+    run_id: str = Field(pattern=NAME)
+    sweep: str = Field(pattern=NAME)
     source: Literal["measured", "simulated"] = "measured"
     status: Status
     reasons: list[str] = []
@@ -84,7 +91,7 @@ class RunResult(_M):
     server_metrics: dict[str, float] = {}
     log_tail: list[str] = []
     provenance: Provenance | None = None
-    records_file: str | None = None
+    records_file: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}\.records\.jsonl\.gz$")
     wall_s: float | None = Field(None, description="time spent measuring this point")
     simulation: SimulationInfo | None = None  # source=simulated only
 
@@ -117,20 +124,49 @@ def _atomic_write_bytes(path: Path, payload: bytes) -> None:
         raise
 
 
+# Quantities that cannot be negative: latencies, throughputs, windows, prices (queue time can, by clock jitter).
+_NON_NEGATIVE = {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "output_tok_s", "input_tok_s", "requests_s",
+                 "duration_s", "offered_rate_rps", "achieved_rate_rps", "mean_output_tokens", "mean_prompt_tokens",
+                 "usd_per_hour", "usd_per_m_output_tokens", "usd_per_m_total_tokens", "wall_s", "error_rate"}
+
+
+def implausible(data: object, path: tuple[str, ...] = ()) -> str | None:
+    """Where a result file holds a number no measurement gives (NaN, infinity, a negative latency or
+    throughput), as 'field.path: why'; None when there is none."""
+    if isinstance(data, dict):
+        for k, v in data.items():
+            if why := implausible(v, (*path, str(k))):
+                return why
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            if why := implausible(v, (*path, str(i))):
+                return why
+    elif isinstance(data, float | int) and not isinstance(data, bool):
+        where = ".".join(path)
+        if not math.isfinite(data):
+            return f"{where}: {data} is not a finite number"
+        if data < 0 and _NON_NEGATIVE & set(path):
+            return f"{where}: {data} is negative"
+    return None
+
+
 def load_result_file(path: Path) -> RunResult:
     try:
         data = json.loads(path.read_text())
     except OSError as e:
         raise ResultError(f"{path}: cannot read: {e.strerror}") from None
-    except ValueError as e:
-        raise ResultError(f"{path}: corrupted result file (not JSON: {e})") from None
+    except (ValueError, RecursionError) as e:
+        raise ResultError(f"{path}: corrupted result file (not JSON: {str(e)[:100]})") from None
     if not isinstance(data, dict):
         raise ResultError(f"{path}: corrupted result file (not a JSON object)")
     try:
-        return RunResult.model_validate(migrate(data, str(path)))
+        result = RunResult.model_validate(migrate(data, str(path)))
     except ValidationError as e:
         first = e.errors()[0]
         raise ResultError(f"{path}: invalid result: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    if why := implausible({k: data.get(k) for k in ("metrics", "repeats", "cost", "wall_s")}):
+        raise ResultError(f"{path}: invalid result: {why}")
+    return result
 
 
 class ResultStore:
@@ -144,14 +180,48 @@ class ResultStore:
         return self.dir / f"{run_id}.json"
 
     def write(self, result: RunResult, records: Iterable[dict[str, Any]] | None = None) -> RunResult:
-        """Write the records (if any) then the result, each atomically; returns the result as stored."""
-        if records is not None:
-            name = f"{result.run_id}.records.jsonl.gz"
-            lines = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
-            _atomic_write_bytes(self.dir / name, gzip.compress(lines.encode(), mtime=0))
-            result = result.model_copy(update={"records_file": name})
-        _atomic_write_bytes(self.path(result.run_id), result.model_dump_json(indent=1).encode())
+        """Write the records (if any) then the result, each atomically; returns the result as stored.
+        A point once measured is never lost: a later failure or skip of it keeps the measured result (and
+        returns it), and a new measurement moves the earlier one into history/."""
+        earlier = self.measured(result.run_id)
+        if earlier is not None and result.status not in DONE_STATUSES:
+            return earlier
+        try:
+            if earlier is not None:
+                self._to_history(earlier)
+            if records is not None:
+                name = f"{result.run_id}.records.jsonl.gz"
+                lines = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
+                _atomic_write_bytes(self.dir / name, gzip.compress(lines.encode(), mtime=0))
+                result = result.model_copy(update={"records_file": name})
+            _atomic_write_bytes(self.path(result.run_id), result.model_dump_json(indent=1).encode())
+        except OSError as e:
+            raise ResultError(f"{self.path(result.run_id)}: cannot write the result: {e.strerror or e}") from None
         return result
+
+    def measured(self, run_id: str) -> RunResult | None:
+        """The stored result of this run when it was measured to the end (ok, invalid or quality-gated)."""
+        r = self.get(run_id)
+        return r if r is not None and r.status in DONE_STATUSES and r.source == "measured" else None
+
+    def _to_history(self, earlier: RunResult) -> None:
+        hist = self.dir / HISTORY
+        hist.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{time.time_ns() % 1_000_000:06d}"
+        if earlier.records_file and (self.dir / earlier.records_file).exists():
+            os.replace(self.dir / earlier.records_file, hist / f"{earlier.run_id}.{stamp}.records.jsonl.gz")
+        os.replace(self.path(earlier.run_id), hist / f"{earlier.run_id}.{stamp}.json")
+
+    def check_writable(self) -> None:
+        """Raises a one-line ResultError when results cannot be written here (a file in the way, a
+        read-only folder), before any engine starts."""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            probe = self.dir / f".atlas-write-check-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as e:
+            raise ResultError(f"{self.dir}: cannot write results there: {e.strerror or e}") from None
 
     def get(self, run_id: str) -> RunResult | None:
         p = self.path(run_id)
@@ -180,12 +250,22 @@ def load_results(root: Path | str) -> tuple[list[RunResult], list[str]]:
     root = Path(root)
     if not root.exists():
         raise ResultError(f"{root}: no such results folder")
-    results, errors = [], []
+    errors: list[str] = []
+    groups: dict[tuple[str, str, str], list[tuple[Path, RunResult]]] = {}
     for p in sorted(root.rglob("*.json")):
-        if p.name.startswith("."):
+        if p.name.startswith(".") or HISTORY in p.relative_to(root).parts:
             continue
         try:
-            results.append(load_result_file(p))
+            r = load_result_file(p)
         except ResultError as e:
             errors.append(str(e))
+            continue
+        groups.setdefault((r.sweep, r.source, r.run_id), []).append((p, r))
+    results = []
+    for (_, _, run_id), found in groups.items():
+        # the file at the result's own name (<run_id>.json) counts; a copy under another name is reported
+        found.sort(key=lambda pr: pr[0].stem != run_id)
+        results.append(found[0][1])
+        errors += [f"{p}: a copy of {found[0][0]} (same sweep and run id {run_id}): counted once"
+                   for p, _ in found[1:]]
     return results, errors

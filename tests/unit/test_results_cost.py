@@ -41,13 +41,86 @@ def test_corrupted_file_is_an_error_not_a_crash(tmp_path):
 
 def test_resume_keeps_only_finished_matching_results(tmp_path):
     store = ResultStore(tmp_path, "t")
-    ok, failed = _result("ok"), _result("failed")
-    store.write(ok)
-    assert store.is_complete(ok.run_id, ok.config)
+    failed = _result("failed")
     store.write(failed)
     assert not store.is_complete(failed.run_id, failed.config)
+    ok = _result("ok")
+    store.write(ok)  # a measurement replaces a failure
+    assert store.is_complete(ok.run_id, ok.config)
     (store.path(ok.run_id)).write_text("garbage")
     assert not store.is_complete(ok.run_id, ok.config)
+
+
+def test_a_measured_point_is_never_overwritten_by_a_later_failure(tmp_path):
+    store = ResultStore(tmp_path, "t")
+    ok = store.write(_result("ok"), records=[{"index": 0, "status": "ok"}])
+    for status in ("failed", "skipped"):
+        kept = store.write(_result(status))
+        assert kept.status == "ok" and store.get(ok.run_id).status == "ok"
+    # measured again: the new measurement is current, the earlier one (and its records) kept in history/
+    again = store.write(_result("invalid"), records=[{"index": 0, "status": "timeout"}])
+    assert store.get(ok.run_id).status == "invalid" and again.records_file
+    hist = sorted(p.name for p in (store.dir / "history").iterdir())
+    assert len(hist) == 2 and any(n.endswith(".records.jsonl.gz") for n in hist)
+    results, errors = load_results(tmp_path)
+    assert [r.status for r in results] == ["invalid"] and not errors  # history is not loaded as current
+
+
+def test_unwritable_results_are_one_line_errors(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ResultError, match="cannot write results there"):
+        ResultStore(tmp_path / "file", "t").check_writable()
+    store = ResultStore(tmp_path / "ro", "t")
+    store.check_writable()
+    store.dir.chmod(0o500)
+    try:
+        import os
+        if os.geteuid() != 0:  # root writes anywhere; the message is checked on a file in the way above
+            with pytest.raises(ResultError, match="cannot write the result"):
+                store.write(_result())
+    finally:
+        store.dir.chmod(0o700)
+
+
+def test_result_files_with_paths_or_impossible_numbers_are_refused(tmp_path):
+    store = ResultStore(tmp_path, "t")
+    good = store.write(_result())
+    data = json.loads(good.model_dump_json())
+    bad = {
+        "traversal.json": {**data, "run_id": "../../escape"},
+        "sweep.json": {**data, "sweep": "../x"},
+        "records.json": {**data, "records_file": "../../etc/passwd"},
+    }
+    for name, d in bad.items():
+        (store.dir / name).write_text(json.dumps(d))
+    metrics = {"n_total": 1, "n_measured": 1, "n_ok": 1, "errors": {}, "error_rate": 0.0, "duration_s": 1.0,
+               "ttft_ms": None, "tpot_ms": None, "itl_ms": None, "e2e_ms": None, "queue_ms": None,
+               "output_tok_s": 10.0, "input_tok_s": None, "requests_s": 1.0, "offered_rate_rps": None,
+               "achieved_rate_rps": None, "mean_output_tokens": 10.0, "valid": True, "invalid_reasons": [],
+               "warnings": []}
+    (store.dir / "neg.json").write_text(json.dumps({**data, "run_id": "n1", "metrics": {**metrics, "output_tok_s": -5.0}}))
+    (store.dir / "inf.json").write_text(json.dumps({**data, "run_id": "n2", "metrics": metrics,
+                                                    "cost": {"usd_per_hour": 1.0, "price_source": "x",
+                                                             "usd_per_m_output_tokens": float("inf"),
+                                                             "usd_per_m_total_tokens": None}}))
+    (store.dir / "nan.json").write_text(json.dumps({**data, "run_id": "n3", "metrics": {**metrics, "requests_s": float("nan")}}))
+    results, errors = load_results(tmp_path)
+    assert [r.run_id for r in results] == [good.run_id]
+    joined = "\n".join(errors)
+    for name in bad:
+        assert f"{name}: invalid result" in joined
+    assert "metrics.output_tok_s: -5.0 is negative" in joined
+    assert "cost.usd_per_m_output_tokens: inf is not a finite number" in joined
+    assert "metrics.requests_s: nan is not a finite number" in joined
+
+
+def test_a_copied_result_file_is_counted_once(tmp_path):
+    store = ResultStore(tmp_path, "t")
+    good = store.write(_result())
+    (store.dir / "copy of it.json").write_text(store.path(good.run_id).read_text())
+    (store.dir / "zz.json").write_text(store.path(good.run_id).read_text())
+    results, errors = load_results(tmp_path)
+    assert len(results) == 1 and len(errors) == 2 and all("counted once" in e for e in errors)
 
 
 def test_cost_per_million():
