@@ -25,20 +25,23 @@ from atlas.engines.embedded import EmbeddedModelError
 from atlas.engines.gguf import GgufError
 from atlas.engines.vllm_caps import caps_for
 from atlas.frontier import FrontierError, parse_constraint, parse_objective
-from atlas.hardware import CONFIG_DIR, HardwareError, get_gpu
+from atlas.hardware import CONFIG_DIR, GpuSpec, HardwareError, get_gpu
 from atlas.plan import SkippedRun, expand
+from atlas.preflight import preflight
 from atlas.quality import QualityError
-from atlas.results import ResultError, RunResult
+from atlas.results import DONE_STATUSES, ResultError, RunResult
 from atlas.search import SearchError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Atlas: a Pareto atlas of LLM inference optimizations.")
 console = Console(soft_wrap=True)
 err = Console(stderr=True)
 USER_ERRORS = (SpecError, HardwareError, ResultError, FrontierError, QualityError, EmbeddedModelError, EngineError,
-               GgufError, SearchError)
+               GgufError, SearchError, OSError)
 
 
 def _fail(e: Exception) -> None:
+    if isinstance(e, OSError):  # a disk that is full, a folder that is read-only or a file in the way
+        e = ResultError(f"{e.filename}: {e.strerror}" if e.filename else f"{e.strerror or e}")
     err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
@@ -50,6 +53,14 @@ def _warn(messages: list[str]) -> None:
 
 def _terminate(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def spec_gpu(s: SweepSpec, path: Path, option: str | None) -> GpuSpec:
+    """The GPU a command runs for: --gpu when given, else the spec's `gpu:` (an unknown one names the spec)."""
+    try:
+        return get_gpu(option or s.gpu)
+    except HardwareError as e:
+        raise HardwareError(f"--gpu: {e}" if option else f"{path}: gpu: {e}") from None
 
 
 def default_spec(gpu: str, engine: str | None = None) -> Path:
@@ -66,7 +77,8 @@ def _progress_bar(name: str):  # type: ignore[no-untyped-def]
 
 @app.command()
 def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embedded default for --gpu cpu"),
-          gpu: str = typer.Option("cpu", help="cpu, l4, a100-40, a100-80, h100, h100-pcie, h200"),
+          gpu: str = typer.Option(None, help="cpu, l4, a100-40, a100-80, h100, h100-pcie, h200 (default: the "
+                                             "spec's gpu; without SPEC: cpu)"),
           results: Path = typer.Option(Path("results"), help="results root; points go to RESULTS/<sweep>/"),
           resume: bool = typer.Option(False, help="keep finished points whose config is unchanged"),
           prices: str = typer.Option(None, "--price-provider", help="provider in configs/prices.yaml"),
@@ -91,11 +103,11 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
     signal.signal(signal.SIGTERM, _terminate)
     searching = strategy != "grid" or budget is not None or storage is not None
     try:
-        path = spec or default_spec(gpu, engine)
+        path = spec or default_spec(gpu or "cpu", engine)
         s = load_spec(path)
-        s = parse_spec({**s.model_dump(mode="json", exclude_unset=True), "gpu": gpu,
+        s = parse_spec({**s.model_dump(mode="json", exclude_unset=True), **({"gpu": gpu} if gpu else {}),
                         **({"engine": engine} if engine else {})}, str(path))
-        g = get_gpu(gpu)
+        g = spec_gpu(s, path, gpu)
         if searching:
             from atlas.search.settings import SearchSettings
 
@@ -133,6 +145,10 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
         raise typer.Exit(130) from None
     counts = ", ".join(f"{k} {v}" for k, v in sorted(report.counts().items()))
     console.print(f"{len(report.results)} points in {report.wall_s:.0f} s ({counts}) -> {report.results_dir}")
+    if not any(r.status in DONE_STATUSES for r in report.results):
+        err.print("error: nothing was measured (every point failed or was skipped; see the reasons above and "
+                  f"in {report.results_dir})", highlight=False)
+        raise typer.Exit(1)
 
 
 def _search(work):  # type: ignore[no-untyped-def]
@@ -313,11 +329,14 @@ def quantize_cmd(model: str = typer.Argument(..., help="16-bit source model: fol
 
 
 @app.command()
-def validate(spec: Path, gpu: str = typer.Option(None, help="check feasibility on this GPU (default: the spec's)")) -> None:
-    """Check a sweep YAML and show how many points it plans and skips."""
+def validate(spec: Path, gpu: str = typer.Option(None, help="check feasibility on this GPU (default: the spec's)"),
+             prices: str = typer.Option(None, "--price-provider", help="provider in configs/prices.yaml")) -> None:
+    """Check a sweep YAML and everything its sweep will need (price, eval sets, local model files), and show
+    how many points it plans and skips."""
     try:
         s = load_spec(spec)
-        g = get_gpu(gpu or s.gpu)
+        g = spec_gpu(s, spec, gpu)
+        preflight(s, g, prices)
     except USER_ERRORS as e:
         _fail(e)
     items = expand(s, g, caps_for(s.engines()))

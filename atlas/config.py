@@ -34,7 +34,16 @@ class SpecError(ValueError):
 
 
 class Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and infinity are never a knob's value (a NaN rate ran as "ok" and crashed the frontier)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+# Upper bounds on what one machine's load generator and one engine can be asked for: a larger value is a
+# typo (concurrency 1e20 ended in a MemoryError), refused with the field's name before anything starts.
+MAX_STREAMS = 16_384
+MAX_REQUESTS = 1_000_000
+MAX_TOKENS = 1 << 20
+MAX_SECONDS = 86_400.0
 
 
 class LateFields(Frozen):
@@ -57,7 +66,7 @@ class ModelSpec(LateFields):
     source: Literal["embedded", "path", "hub"] = "path"
     path: str | None = Field(None, description="Local folder or hub id (source=path|hub)")
     revision: str | None = None
-    max_model_len: int = Field(2048, ge=64)
+    max_model_len: int = Field(2048, ge=64, le=MAX_TOKENS)
     params_b: float | None = Field(None, gt=0, description="parameters (billions), for memory-fit screening")
     num_layers: int | None = Field(None, ge=1)
     num_kv_heads: int | None = Field(None, ge=1)
@@ -93,12 +102,12 @@ class ServerKnobs(LateFields):
     dtype: Dtype = Dtype.BFLOAT16
     quantization: Quantization = Quantization.NONE
     kv_cache_dtype: KVCacheDtype = KVCacheDtype.AUTO
-    max_num_seqs: int = Field(256, ge=1)
-    max_num_batched_tokens: int | None = Field(None, ge=16)
+    max_num_seqs: int = Field(256, ge=1, le=MAX_STREAMS)
+    max_num_batched_tokens: int | None = Field(None, ge=16, le=MAX_TOKENS)
     enable_chunked_prefill: bool | None = None
     enable_prefix_caching: bool = False
     gpu_memory_utilization: float | None = Field(None, gt=0.0, le=1.0)
-    n_ubatch: int | None = Field(None, ge=1, description="llama.cpp physical batch (max_num_batched_tokens is n_batch)")
+    n_ubatch: int | None = Field(None, ge=1, le=MAX_TOKENS, description="llama.cpp physical batch (max_num_batched_tokens is n_batch)")
     _late_fields: ClassVar[tuple[str, ...]] = ("n_ubatch",)  # added with the llama.cpp engine
 
     @property
@@ -131,12 +140,12 @@ class Grid(Frozen):
     dtype: list[Dtype] = [Dtype.BFLOAT16]
     quantization: list[Quantization] = [Quantization.NONE]
     kv_cache_dtype: list[KVCacheDtype] = [KVCacheDtype.AUTO]
-    max_num_seqs: list[Annotated[int, Field(ge=1)]] = [256]
-    max_num_batched_tokens: list[Annotated[int, Field(ge=16)] | None] = [None]
+    max_num_seqs: list[Annotated[int, Field(ge=1, le=MAX_STREAMS)]] = [256]
+    max_num_batched_tokens: list[Annotated[int, Field(ge=16, le=MAX_TOKENS)] | None] = [None]
     enable_chunked_prefill: list[bool | None] = [None]
     enable_prefix_caching: list[bool] = [False]
     gpu_memory_utilization: list[Annotated[float, Field(gt=0.0, le=1.0)] | None] = [None]
-    n_ubatch: list[Annotated[int, Field(ge=1)] | None] = [None]
+    n_ubatch: list[Annotated[int, Field(ge=1, le=MAX_TOKENS)] | None] = [None]
 
     @field_validator("dtype", "quantization", "kv_cache_dtype", "max_num_seqs", "max_num_batched_tokens",
                      "enable_chunked_prefill", "enable_prefix_caching", "gpu_memory_utilization", "n_ubatch")
@@ -172,26 +181,27 @@ class LoadShape(Frozen):
     """How each load point is driven and judged (shared by all levels)."""
 
     mode: LoadMode = LoadMode.CLOSED
-    burstiness: float = Field(1.0, gt=0.0, description="gamma shape; 1.0 equals Poisson")
-    max_in_flight: int | None = Field(None, ge=1, description="open loop: client cap, queue time recorded")
-    num_requests: int = Field(32, ge=1)
-    prompt_tokens: int = Field(128, ge=1)
-    output_tokens: int = Field(64, ge=1)
-    warmup_requests: int = Field(2, ge=0, description="closed loop: first N requests excluded")
-    warmup_s: float = Field(0.0, ge=0.0, description="open loop: requests scheduled before this are excluded")
-    cooldown_s: float = Field(0.0, ge=0.0, description="open loop: requests scheduled in the last S excluded")
-    min_duration_s: float = Field(1.0, ge=0.0)
-    min_requests: int = Field(8, ge=1)
+    burstiness: float = Field(1.0, gt=0.0, le=1000.0, description="gamma shape; 1.0 equals Poisson")
+    max_in_flight: int | None = Field(None, ge=1, le=MAX_STREAMS, description="open loop: client cap, queue time recorded")
+    num_requests: int = Field(32, ge=1, le=MAX_REQUESTS)
+    prompt_tokens: int = Field(128, ge=1, le=MAX_TOKENS)
+    output_tokens: int = Field(64, ge=1, le=MAX_TOKENS)
+    warmup_requests: int = Field(2, ge=0, le=MAX_REQUESTS, description="closed loop: first N requests excluded")
+    warmup_s: float = Field(0.0, ge=0.0, le=MAX_SECONDS, description="open loop: requests scheduled before this are excluded")
+    cooldown_s: float = Field(0.0, ge=0.0, le=MAX_SECONDS, description="open loop: requests scheduled in the last S excluded")
+    min_duration_s: float = Field(1.0, ge=0.0, le=MAX_SECONDS)
+    min_requests: int = Field(8, ge=1, le=MAX_REQUESTS)
     max_error_rate: float = Field(0.05, ge=0.0, le=1.0)
-    request_timeout_s: float = Field(300.0, gt=0.0)
-    prompt_seed: int = 0
-    arrival_seed: int = 1
-    repeats: int = Field(3, ge=1)
+    request_timeout_s: float = Field(300.0, gt=0.0, le=MAX_SECONDS)
+    prompt_seed: int = Field(0, ge=0, lt=2**63)
+    arrival_seed: int = Field(1, ge=0, lt=2**63)
+    repeats: int = Field(3, ge=1, le=100)
 
 
 class LoadSpec(LoadShape):
-    concurrency: list[Annotated[int, Field(ge=1)]] = Field([1], description="closed loop levels")
-    rate_rps: list[float] = Field([], description="open loop levels (requests per second)")
+    concurrency: list[Annotated[int, Field(ge=1, le=MAX_STREAMS)]] = Field([1], description="closed loop levels")
+    rate_rps: list[Annotated[float, Field(gt=0.0, le=1e6, allow_inf_nan=False)]] = Field(
+        [], description="open loop levels (requests per second)")
 
     @model_validator(mode="after")
     def _levels(self) -> LoadSpec:
@@ -245,8 +255,9 @@ class SweepSpec(Frozen):
     load: LoadSpec = LoadSpec()
     quality: QualitySpec = QualitySpec()
     host: str = "127.0.0.1"
-    port: int = Field(8011, ge=1024, le=65535)
-    startup_timeout_s: float = Field(900.0, gt=0)
+    port: int | None = Field(None, ge=1024, le=65535,
+                             description="pin the engine's port; by default Atlas picks a free one per launch")
+    startup_timeout_s: float = Field(900.0, gt=0, le=MAX_SECONDS)
     engine_env: dict[str, str] = {}
     extra_engine_args: list[str] = []
 
@@ -259,6 +270,10 @@ class SweepSpec(Frozen):
             where = f"grid[{i}]." if isinstance(self.grid, list) else "grid."
             if problems := g.problems(engine):
                 raise ValueError(where + problems[0])
+        need = self.load.prompt_tokens + self.load.output_tokens
+        if need > self.model.max_model_len:
+            raise ValueError(f"load: prompt_tokens + output_tokens = {need} exceeds model.max_model_len "
+                             f"{self.model.max_model_len}")
         return self
 
     def grids(self) -> list[tuple[EngineKind, Grid]]:
@@ -306,13 +321,17 @@ def parse_spec(data: object, origin: str = "<spec>") -> SweepSpec:
 def load_spec(path: str | Path) -> SweepSpec:
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{p}: not a YAML text file (byte {e.start} is not UTF-8)") from None
     except OSError as e:
-        raise SpecError(f"{p}: cannot read sweep spec: {e.strerror}") from None
+        raise SpecError(f"{p}: cannot read sweep spec: {e.strerror or e}") from None
     try:
         data = yaml.safe_load(text)
+        return parse_spec(data, str(p))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise SpecError(f"{p}: malformed YAML{where}: {getattr(e, 'problem', e)}") from None
-    return parse_spec(data, str(p))
+    except RecursionError:
+        raise SpecError(f"{p}: YAML nested too deeply to be a sweep spec") from None

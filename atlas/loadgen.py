@@ -21,7 +21,7 @@ from atlas.config import LoadPoint
 from atlas.knobs import LoadMode
 
 # Short common English words: about one tokenizer token each for BPE vocabularies.
-_WORDS = ("the of and to in is for on that by this with you it not or be are from at as your all have new more "
+WORDS = ("the of and to in is for on that by this with you it not or be are from at as your all have new more "
           "an was we will home can us about if page my has search free but our one other do no information time "
           "they site he up may what which their news out use any there see only so his when contact here "
           "business who web also now help get view online first been would how were me some these click its like "
@@ -30,6 +30,7 @@ _WORDS = ("the of and to in is for on that by this with you it not or be are fro
           "her city add policy number such please available copyright support message after best software then "
           "jan good video well where info rights public books high school through each links she review years "
           "order very privacy book items company read group need many user said does set under general research").split()
+PROMPT_HEAD = "Continue this list of words: "
 
 
 @dataclass
@@ -76,11 +77,11 @@ def run_sync(coro):  # type: ignore[no-untyped-def]
 
 def make_prompts(n: int, prompt_tokens: int, seed: int) -> list[str]:
     rng = np.random.default_rng(seed)
-    words = np.array(_WORDS)
+    words = np.array(WORDS)
     out = []
     for _ in range(n):
         picks = words[rng.integers(0, len(words), size=max(1, prompt_tokens - 8))]
-        out.append("Continue this list of words: " + " ".join(picks.tolist()))
+        out.append(PROMPT_HEAD + " ".join(picks.tolist()))
     return out
 
 
@@ -190,12 +191,21 @@ class _Client:
             rec.status = "ok"
 
 
+def requests_of(point: LoadPoint) -> int:
+    """How many requests one run of the point sends (closed loop: its warm-up requests too)."""
+    return point.num_requests + (point.warmup_requests if point.mode == LoadMode.CLOSED else 0)
+
+
 async def run_load(base_url: str, model: str, point: LoadPoint, *, seed_offset: int = 0,
-                   fresh_connections: bool = False) -> LoadRun:
+                   fresh_connections: bool = False, prompts: list[str] | None = None) -> LoadRun:
     """Drive one load point against an OpenAI-compatible /v1/completions endpoint. `fresh_connections`:
-    one TCP connection per request, for servers that close kept-alive connections (llama-server)."""
-    n = point.num_requests + (point.warmup_requests if point.mode == LoadMode.CLOSED else 0)
-    prompts = make_prompts(n, point.prompt_tokens, point.prompt_seed + seed_offset)
+    one TCP connection per request, for servers that close kept-alive connections (llama-server).
+    `prompts`: the texts to send (one per request; e.g. fitted to the served tokenizer), else word prompts."""
+    n = requests_of(point)
+    if prompts is None:
+        prompts = make_prompts(n, point.prompt_tokens, point.prompt_seed + seed_offset)
+    elif len(prompts) != n:
+        raise ValueError(f"{len(prompts)} prompts for {n} requests")
     t0 = time.perf_counter()
 
     def clock() -> float:

@@ -3,7 +3,6 @@ quality once per numerics (dtype x weights x KV cache); every point written as i
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,15 +15,19 @@ from atlas.config import ServerKnobs, SweepSpec
 from atlas.cost import cost_of
 from atlas.engines.base import EngineError, reason_from_log
 from atlas.engines.gguf import GgufError, llama_cpp_version
+from atlas.engines.process import stop_stale_launches
 from atlas.engines.vllm import vllm_version
 from atlas.engines.vllm_caps import VllmCaps
 from atlas.evaluate import generate, perplexity
 from atlas.hardware import GpuSpec, check_gpu_present
 from atlas.knobs import DTYPE_FACTS, QUANT_FACTS, REFERENCE_KV, EngineKind
 from atlas.lm_eval_adapter import is_lm_eval, run_task
-from atlas.loadgen import LoadRun, run_load, run_sync
-from atlas.metrics import LoadSummary, pooled_run, repeat_stat, summarize_load
+from atlas.loadgen import LoadRun, requests_of, run_load, run_sync
+from atlas.metrics import repeat_stat, summarize_load
 from atlas.plan import PlannedRun, RunConfig, SkippedRun, expand
+from atlas.point_checks import REPEAT_METRICS, MetricsSampler, counter_deltas, pooled_summary, served_check
+from atlas.preflight import preflight
+from atlas.prompt_fit import exact_prompts
 from atlas.provenance import base_provenance, git_sha, now_iso
 from atlas.quality import (
     QualityError,
@@ -37,7 +40,8 @@ from atlas.quality import (
     score_outputs,
 )
 from atlas.quantize import CheckpointError
-from atlas.results import Provenance, ResultStore, RunResult, skipped_result
+from atlas.redact import redact_argv, redact_env
+from atlas.results import Provenance, ResultError, ResultStore, RunResult, skipped_result
 from atlas.serving import ModelResolver, default_engine
 
 
@@ -109,37 +113,6 @@ class _Refusal:
     prov: Provenance
 
 
-class _MetricsSampler(threading.Thread):
-    """Polls the engine's /metrics while load runs: peak running/waiting/KV usage, preemptions."""
-
-    def __init__(self, engine: Any, every_s: float = 0.5):
-        super().__init__(daemon=True)
-        self.engine, self.every_s = engine, every_s
-        self.stop_flag = threading.Event()
-        self.first: dict[str, float] = {}
-        self.peak: dict[str, float] = {}
-        self.last: dict[str, float] = {}
-
-    def run(self) -> None:
-        while not self.stop_flag.is_set():
-            m = self.engine.scrape_metrics() if hasattr(self.engine, "scrape_metrics") else {}
-            if m:
-                self.first = self.first or m
-                self.last = m
-                for k, v in m.items():
-                    self.peak[k] = max(self.peak.get(k, v), v)
-            self.stop_flag.wait(self.every_s)
-
-    def result(self) -> dict[str, float]:
-        self.stop_flag.set()
-        self.join(timeout=5)
-        out = {f"peak_{k.split(':', 1)[1]}": v for k, v in self.peak.items() if not k.endswith("_total")}
-        for k in self.last:  # counters: what this point added
-            if k.endswith("_total"):
-                out[k.split(":", 1)[1].removesuffix("_total")] = self.last[k] - self.first.get(k, 0.0)
-        return out
-
-
 class Sweeper:
     def __init__(self, spec: SweepSpec, gpu: GpuSpec, results_root: Path | str, *, resume: bool = False,
                  progress: Callable[[SweepEvent], None] | None = None, price_provider: str | None = None,
@@ -161,6 +134,7 @@ class Sweeper:
         self.done = 0
         self.total = 0
         self.models = ModelResolver(spec, lambda message: self._emit("note", message))
+        self._prompt_cache: dict[tuple[str, int, int, int], Any] = {}
         self._sha = git_sha()
 
     # ---------------------------------------------------------------------------------------------------
@@ -168,11 +142,18 @@ class Sweeper:
         """Checks the hardware, expands the spec and writes the spec beside the results; no engine starts."""
         if self.check_hardware:
             check_gpu_present(self.gpu)
+        preflight(self.spec, self.gpu, self.provider, model_files=self.engine_factory is default_engine)
         items = expand(self.spec, self.gpu, self.vllm)
         self.total = len(items)
-        self.store.dir.mkdir(parents=True, exist_ok=True)
-        (self.store.dir / "sweep-spec.yaml").write_text(yaml.safe_dump(self.spec.model_dump(mode="json"),
-                                                                       sort_keys=False))
+        self.store.check_writable()
+        for stale in stop_stale_launches(self.store.dir / "logs"):
+            self._emit("note", f"stopped an engine an earlier run left behind: {stale}")
+        spec = self.spec.model_dump(mode="json")
+        spec.update(engine_env=redact_env(self.spec.engine_env), extra_engine_args=redact_argv(self.spec.extra_engine_args))
+        try:
+            (self.store.dir / "sweep-spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+        except OSError as e:
+            raise ResultError(f"{self.store.dir / 'sweep-spec.yaml'}: cannot write: {e.strerror or e}") from None
         return items
 
     def run(self) -> SweepReport:
@@ -300,6 +281,12 @@ class Sweeper:
         return out
 
     def _fail(self, planned: PlannedRun, reason: str, tail: list[str], prov: Provenance) -> RunResult:
+        kept = self.store.measured(planned.run_id)
+        if kept is not None:  # a failure of this run never replaces what an earlier run measured
+            self.done += 1
+            self._emit("point", f"kept the earlier measurement of {kept.label} (this run: {reason[:120]})",
+                       kept.status)
+            return kept
         return self._write(RunResult(run_id=planned.run_id, sweep=self.spec.name, status="failed", reasons=[reason],
                                      label=planned.config.label(),
                                      config=planned.config, log_tail=tail[-60:],
@@ -353,23 +340,32 @@ class Sweeper:
             self.done += 1
             self._emit("point", f"resume: kept {label}", kept.status)
             return kept
+        if why := engine.verify():
+            return self._fail(planned, f"not measured: {why}", engine.log_tail(40), prov)
         self._emit("note", f"measuring {label}")
+        prompts, fit_warnings = self._prompts(engine, cfg)
         reset = engine.reset_prefix_cache() if hasattr(engine, "reset_prefix_cache") else False
         t0 = time.monotonic()
-        sampler = _MetricsSampler(engine)
+        before = engine.scrape_metrics()
+        sampler = MetricsSampler(engine)
         sampler.start()
         runs: list[LoadRun] = []
         try:
             for k in range(cfg.load.repeats):
                 runs.append(run_sync(run_load(engine.base_url, engine.served_model, cfg.load, seed_offset=k,
-                                              fresh_connections=getattr(engine, "fresh_connections", False))))
+                                              fresh_connections=getattr(engine, "fresh_connections", False),
+                                              prompts=prompts[k])))
         finally:
             server_metrics = sampler.result()
+        after = engine.scrape_metrics()
+        server_metrics.update(counter_deltas(before, after))  # exact: the sampler's first and last polls are not
+        identity = engine.verify()
         per_repeat = [summarize_load(r) for r in runs]
-        metrics = _pooled_summary(runs, per_repeat)
+        metrics = pooled_summary(runs, per_repeat)
         stats_ = {name: repeat_stat([s.value(name) for s in per_repeat]) for name in REPEAT_METRICS}
         unstable = [n for n, s in stats_.items() if s.unstable]
         warnings = [f"unstable across repeats (CV > 10%): {', '.join(unstable)}"] if unstable else []
+        warnings += fit_warnings
         if cfg.server.enable_prefix_caching and not reset:  # cached prompts would make TTFT look better
             warnings.append("the engine's prefix cache could not be reset before this point")
         if warnings:
@@ -377,6 +373,11 @@ class Sweeper:
         status, reasons = "ok", []
         if not metrics.valid:
             status, reasons = "invalid", list(metrics.invalid_reasons)
+        served, why_not = served_check(engine.served_tokens_metric, before, after, runs)
+        if served is False and why_not:
+            status, reasons = "invalid", [why_not, *reasons]
+        elif why_not:
+            metrics = metrics.model_copy(update={"warnings": [*metrics.warnings, why_not]})
         qres = quality if isinstance(quality, QualityResult) else None
         if isinstance(quality, str):
             status, reasons = "quality_failed", [quality, *reasons]
@@ -385,6 +386,9 @@ class Sweeper:
         if not engine.alive():
             reason = reason_from_log(engine.log_tail(200), "engine process exited")
             status, reasons = "failed", [f"engine died during this point: {reason}", *reasons]
+        elif identity:
+            status, reasons = "failed", [f"what answered could not be verified as Atlas's engine after this "
+                                         f"point: {identity}", *reasons]
         elif metrics.n_ok == 0:
             status = "failed"
             reasons = [f"every request failed ({', '.join(f'{k}={v}' for k, v in metrics.errors.items())})",
@@ -399,19 +403,16 @@ class Sweeper:
         return self._write(result, records)
 
 
-REPEAT_METRICS = ("output_tok_s", "requests_s", "ttft_p50_ms", "tpot_p50_ms", "e2e_p50_ms")
-
-
-def _pooled_summary(runs: list[LoadRun], per_repeat: list[LoadSummary]) -> LoadSummary:
-    """Latency percentiles over all repeats' requests; throughput as the mean of the repeats' throughputs
-    (a pooled window would count the gaps between repeats); valid only when every repeat is."""
-    pooled = summarize_load(pooled_run(runs))
-    means = {}
-    for f in ("output_tok_s", "input_tok_s", "requests_s", "achieved_rate_rps"):
-        vals = [getattr(s, f) for s in per_repeat]
-        means[f] = sum(vals) / len(vals) if vals and all(v is not None for v in vals) else None
-    many = len(per_repeat) > 1
-    reasons = [f"repeat {k + 1}: {r}" if many else r for k, s in enumerate(per_repeat) for r in s.invalid_reasons]
-    warnings = sorted({w for s in per_repeat for w in s.warnings})
-    return pooled.model_copy(update={**means, "invalid_reasons": reasons, "valid": not reasons,
-                                     "warnings": warnings, "duration_s": sum(s.duration_s for s in per_repeat)})
+    def _prompts(self, engine: Any, cfg: RunConfig) -> tuple[list[list[str]], list[str]]:
+        """Each repeat's prompts, fitted to the served tokenizer (kept for the points of one engine kind and
+        prompt seed: the same model's tokenizer counts them the same way)."""
+        load, out, warnings = cfg.load, [], []
+        for k in range(load.repeats):
+            key = (cfg.engine, requests_of(load), load.prompt_tokens, load.prompt_seed + k)
+            if key not in self._prompt_cache:
+                self._prompt_cache[key] = exact_prompts(key[1], key[2], key[3], engine.count_tokens)
+            prompts, fit = self._prompt_cache[key]
+            out.append(prompts)
+            if (w := fit.warning()) and w not in warnings:
+                warnings.append(w)
+        return out, warnings

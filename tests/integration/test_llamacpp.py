@@ -5,12 +5,10 @@ import os
 from pathlib import Path
 
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from atlas.cli import app
 from atlas.results import load_results
-from atlas.testing.mock_engine import free_port
 
 SPEC = Path(__file__).parent / "specs" / "tiny-llamacpp.yaml"
 
@@ -31,10 +29,8 @@ def _need_llama_server():
 @pytest.mark.timeout(1200)
 def test_real_llamacpp_sweep_shows_quantization_tradeoffs(tmp_path, artifacts):
     _need_llama_server()
-    spec = yaml.safe_load(SPEC.read_text())
-    spec["port"] = free_port()
-    spec_path = tmp_path / "tiny-llamacpp.yaml"
-    spec_path.write_text(yaml.safe_dump(spec))
+    spec_path = tmp_path / "tiny-llamacpp.yaml"  # no port pinned: Atlas picks a free one per launch
+    spec_path.write_text(SPEC.read_text())
     r = CliRunner().invoke(app, ["sweep", str(spec_path), "--gpu", "cpu", "--results", str(tmp_path / "results")])
     assert r.exit_code == 0, r.output
     results, errors = load_results(tmp_path / "results")
@@ -59,6 +55,9 @@ def test_real_llamacpp_sweep_shows_quantization_tradeoffs(tmp_path, artifacts):
     assert len(prov.model_files["variant"]["sha256"]) == 64 and "llama-server" in prov.engine["engine"]
     assert "--cache-type-k" in prov.engine["argv"]
     assert base.metrics.n_ok == base.metrics.n_measured and not base.metrics.errors
+    for x in results:  # llama-server's own counter saw each point's load; prompts exact in its tokenizer
+        assert x.server_metrics["tokens_predicted"] >= 0.9 * x.metrics.n_total * x.config.load.output_tokens, x.label
+        assert x.metrics.mean_prompt_tokens == x.config.load.prompt_tokens, x.label
     (artifacts / "llamacpp-sweep.txt").write_text(r.output + "\n" + "\n".join(
         f"{x.label}: {x.metrics.output_tok_s:.1f} tok/s, ppl {x.quality.perplexity:.2f}, "
         f"agree {x.quality.comparison.agreement if x.quality.comparison else 1.0:.2f}" for x in results))

@@ -178,3 +178,59 @@ def test_prefix_cache_reset_is_retried_and_a_failed_one_is_said(tmp_path):
     report, _ = run(tmp_path, Factory(lambda server, log: MockEngine(MockOptions(reset_busy=10**6), log)), spec)
     assert report.results and all(any("prefix cache could not be reset" in w for w in r.metrics.warnings)
                                   for r in report.results)
+
+
+def test_resume_after_an_engine_that_will_not_start_keeps_every_measured_point(tmp_path):
+    """A later run whose engine fails (at start-up or mid-group) never overwrites what was measured."""
+    first, _ = run(tmp_path, mock_factory())
+    assert all(r.status in ("ok", "quality_failed") for r in first.results)
+    before = {r.run_id: (r.status, r.metrics.output_tok_s) for r in first.results}
+    for resume in (True, False):
+        second, events = run(tmp_path, Factory(failing_engine), resume=resume)
+        after = {r.run_id: (r.status, r.metrics.output_tok_s if r.metrics else None) for r in second.results}
+        assert after == before
+        stored, errors = load_results(tmp_path / "results")
+        assert not errors and {r.run_id: (r.status, r.metrics.output_tok_s) for r in stored} == before
+    assert any("kept the earlier measurement" in e.message for e in events)
+
+
+def test_secrets_in_engine_arguments_and_environment_are_never_written(tmp_path):
+    secret, env_secret = "sk-live-canary-1234", "hf_canary_secret_5678"
+    spec = {**SPEC, "grid": {**SPEC["grid"], "quantization": ["none"], "kv_cache_dtype": ["auto"]},
+            "extra_engine_args": ["--api-key", secret], "engine_env": {"HF_TOKEN": env_secret},
+            "load": {**SPEC["load"], "repeats": 1}, "quality": {"enabled": False}}
+
+    def make(spec_, gpu, cfg, model_path, log_path):
+        # an engine whose argv carries the spec's arguments and whose log prints them, as vLLM's does
+        argv = lambda p: [sys.executable, "-c", f"print('args: {secret} {env_secret}', flush=True); "  # noqa: E731
+                          "import sys, runpy; sys.argv = ['m'] + sys.argv[1:]; "
+                          "runpy.run_module('atlas.testing.mock_server', run_name='__main__')",
+                          "--port", str(p), *spec_.extra_engine_args]
+        return ProcessEngine(argv, served_name="mock", host="127.0.0.1", port=None, log_path=log_path,
+                             env=spec_.engine_env)
+
+    spec["extra_engine_args"] = ["--api-key", secret]
+    report, _ = run(tmp_path, make, spec)
+    assert report.results
+    written = [p for p in (tmp_path / "results").rglob("*") if p.is_file()]
+    assert any(p.name == "sweep-spec.yaml" for p in written) and any(p.suffix == ".log" for p in written)
+    for p in written:
+        data = p.read_bytes()
+        assert secret.encode() not in data and env_secret.encode() not in data, p
+    site = build_site(report.results, tmp_path / "site", title="t")
+    for p in site.parent.rglob("*.html"):
+        assert secret not in p.read_text()
+
+
+def test_prompts_are_exact_in_the_served_tokenizer_and_requests_count_like_tokens(tmp_path):
+    spec = {**SPEC, "grid": {**SPEC["grid"], "quantization": ["none"], "kv_cache_dtype": ["auto"]},
+            "load": {**SPEC["load"], "concurrency": [16], "num_requests": 64, "prompt_tokens": 64,
+                     "output_tokens": 16, "repeats": 1}, "quality": {"enabled": False}}
+    report, _ = run(tmp_path, mock_factory(), spec)
+    (r,) = report.results
+    assert r.status == "ok", r.reasons
+    assert r.metrics.mean_prompt_tokens == 64  # the mock counts a token per word, and says so on /tokenize
+    assert not [w for w in r.metrics.warnings if "prompt" in w]
+    # equal lengths: request throughput is exactly token throughput / tokens per request (docs/metrics.md)
+    assert r.metrics.requests_s == pytest.approx(r.metrics.output_tok_s / 16, rel=1e-9)
+    assert r.server_metrics["generation_tokens"] >= 64 * 16  # the engine's own counter saw the load

@@ -1,0 +1,82 @@
+"""What a sweep reads beside the load generator's records for one point: the engine's /metrics while the
+load runs, whether the engine's own counters say it served the point, and the summary pooled over repeats."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from atlas.loadgen import LoadRun
+from atlas.metrics import LoadSummary, pooled_run, summarize_load
+
+
+class MetricsSampler(threading.Thread):
+    """Polls the engine's /metrics while load runs: peak running/waiting/KV usage, preemptions."""
+
+    def __init__(self, engine: Any, every_s: float = 0.5):
+        super().__init__(daemon=True)
+        self.engine, self.every_s = engine, every_s
+        self.stop_flag = threading.Event()
+        self.first: dict[str, float] = {}
+        self.peak: dict[str, float] = {}
+        self.last: dict[str, float] = {}
+
+    def run(self) -> None:
+        while not self.stop_flag.is_set():
+            m = self.engine.scrape_metrics() if hasattr(self.engine, "scrape_metrics") else {}
+            if m:
+                self.first = self.first or m
+                self.last = m
+                for k, v in m.items():
+                    self.peak[k] = max(self.peak.get(k, v), v)
+            self.stop_flag.wait(self.every_s)
+
+    def result(self) -> dict[str, float]:
+        self.stop_flag.set()
+        self.join(timeout=5)
+        out = {f"peak_{k.split(':', 1)[1]}": v for k, v in self.peak.items() if not k.endswith("_total")}
+        for k in self.last:  # counters: what this point added
+            if k.endswith("_total"):
+                out[k.split(":", 1)[1].removesuffix("_total")] = self.last[k] - self.first.get(k, 0.0)
+        return out
+
+
+def counter_deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """What each /metrics counter (`*_total`) added between two scrapes, named as the sampler names them."""
+    return {k.split(":", 1)[-1].removesuffix("_total"): after[k] - before[k]
+            for k in after if k.endswith("_total") and k in before}
+
+
+def served_check(metric: str | None, before: dict[str, float], after: dict[str, float],
+                 runs: list[LoadRun]) -> tuple[bool | None, str | None]:
+    """Whether the engine's own counter of generated tokens says it served this point's tokens: (False,
+    reason) when it generated far fewer than the client received (another server answered), (None, why)
+    when it cannot tell, (True, None) when it did."""
+    received = sum(r.output_tokens for run in runs for r in run.records)
+    if not metric or received == 0:
+        return None, None
+    if metric not in before or metric not in after:
+        return None, f"the engine's {metric} counter could not be read: not cross-checked with what it served"
+    generated = after[metric] - before[metric]
+    if generated < 0.5 * received:
+        return False, (f"the engine's own counter says it served nothing like this load: {metric} rose by "
+                       f"{generated:.0f} while the client received {received} tokens")
+    return True, None
+
+
+REPEAT_METRICS = ("output_tok_s", "requests_s", "ttft_p50_ms", "tpot_p50_ms", "e2e_p50_ms")
+
+
+def pooled_summary(runs: list[LoadRun], per_repeat: list[LoadSummary]) -> LoadSummary:
+    """Latency percentiles over all repeats' requests; throughput as the mean of the repeats' throughputs
+    (a pooled window would count the gaps between repeats); valid only when every repeat is."""
+    pooled = summarize_load(pooled_run(runs))
+    means = {}
+    for f in ("output_tok_s", "input_tok_s", "requests_s", "achieved_rate_rps"):
+        vals = [getattr(s, f) for s in per_repeat]
+        means[f] = sum(vals) / len(vals) if vals and all(v is not None for v in vals) else None
+    many = len(per_repeat) > 1
+    reasons = [f"repeat {k + 1}: {r}" if many else r for k, s in enumerate(per_repeat) for r in s.invalid_reasons]
+    warnings = sorted({w for s in per_repeat for w in s.warnings})
+    return pooled.model_copy(update={**means, "invalid_reasons": reasons, "valid": not reasons,
+                                     "warnings": warnings, "duration_s": sum(s.duration_s for s in per_repeat)})
