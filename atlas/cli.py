@@ -19,14 +19,13 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from atlas.config import SpecError, SweepSpec, load_spec, parse_spec
+from atlas.config import SpecError, SweepSpec, load_spec
 from atlas.engines.base import EngineError
 from atlas.engines.embedded import EmbeddedModelError
-from atlas.engines.gguf import GgufError
-from atlas.engines.vllm_caps import caps_for
+from atlas.engines.registry import DEFAULT_ENGINE, UnknownEngine, adapter, engine_kinds
 from atlas.frontier import FrontierError, parse_constraint, parse_objective
 from atlas.hardware import CONFIG_DIR, GpuSpec, HardwareError, get_gpu
-from atlas.plan import SkippedRun, expand
+from atlas.plan import SkippedRun, expand, installed_caps
 from atlas.preflight import preflight
 from atlas.quality import QualityError
 from atlas.results import DONE_STATUSES, ResultError, RunResult
@@ -36,7 +35,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Atlas: a Par
 console = Console(soft_wrap=True)
 err = Console(stderr=True)
 USER_ERRORS = (SpecError, HardwareError, ResultError, FrontierError, QualityError, EmbeddedModelError, EngineError,
-               GgufError, SearchError, OSError)
+               SearchError, UnknownEngine, OSError)
 
 
 def _fail(e: Exception) -> None:
@@ -64,9 +63,14 @@ def spec_gpu(s: SweepSpec, path: Path, option: str | None) -> GpuSpec:
 
 
 def default_spec(gpu: str, engine: str | None = None) -> Path:
-    if engine == "llamacpp":
-        return CONFIG_DIR / "cpu-smollm2-llamacpp.yaml"
-    return CONFIG_DIR / ("cpu-smollm2.yaml" if gpu == "cpu" else "qwen2.5-7b.yaml")
+    """The spec `atlas sweep` runs without one: on a CPU, the engine's embedded-default spec; on a GPU, the
+    reference Qwen2.5-7B spec."""
+    if gpu == "cpu":
+        name = adapter(engine or DEFAULT_ENGINE).cpu_spec
+        if name is None:
+            raise SpecError(f"--engine {engine}: has no default spec; give a SPEC")
+        return CONFIG_DIR / name
+    return CONFIG_DIR / "qwen2.5-7b.yaml"
 
 
 def _progress_bar(name: str):  # type: ignore[no-untyped-def]
@@ -82,8 +86,8 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
           results: Path = typer.Option(Path("results"), help="results root; points go to RESULTS/<sweep>/"),
           resume: bool = typer.Option(False, help="keep finished points whose config is unchanged"),
           prices: str = typer.Option(None, "--price-provider", help="provider in configs/prices.yaml"),
-          engine: str = typer.Option(None, help="vllm or llamacpp: the engine of grids that name none "
-                                                "(without SPEC: that engine's default CPU spec)"),
+          engine: str = typer.Option(None, help=f"{' or '.join(engine_kinds())}: the engine of grids that name "
+                                                "none (without SPEC: that engine's default CPU spec)"),
           strategy: str = typer.Option("grid", help="grid (every point, or the first BUDGET in sweep order), "
                                                     "random, or optuna (a multi-objective study seeded by the simulator)"),
           budget: int = typer.Option(None, min=1, help="measure at most this many points (all workers together)"),
@@ -104,9 +108,7 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
     searching = strategy != "grid" or budget is not None or storage is not None
     try:
         path = spec or default_spec(gpu or "cpu", engine)
-        s = load_spec(path)
-        s = parse_spec({**s.model_dump(mode="json", exclude_unset=True), **({"gpu": gpu} if gpu else {}),
-                        **({"engine": engine} if engine else {})}, str(path))
+        s = load_spec(path, **({"gpu": gpu} if gpu else {}), **({"engine": engine} if engine else {}))
         g = spec_gpu(s, path, gpu)
         if searching:
             from atlas.search.settings import SearchSettings
@@ -122,7 +124,7 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
             from atlas.search.run import run_search
 
             _search(lambda say: run_search(s, g, results, settings, storage, study, progress=say,
-                                           price_provider=prices, vllm=caps_for(s.engines())))
+                                           price_provider=prices, caps=installed_caps(s)))
             return
         from atlas.sweep import Sweeper, SweepEvent
 
@@ -137,7 +139,7 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
                     bar.console.print(f"  {e.message}", highlight=False)
 
             report = Sweeper(s, g, results, resume=resume, progress=on_event, price_provider=prices,
-                             vllm=caps_for(s.engines())).run()
+                             caps=installed_caps(s)).run()
     except USER_ERRORS as e:
         _fail(e)
     except KeyboardInterrupt:
@@ -339,7 +341,7 @@ def validate(spec: Path, gpu: str = typer.Option(None, help="check feasibility o
         preflight(s, g, prices)
     except USER_ERRORS as e:
         _fail(e)
-    items = expand(s, g, caps_for(s.engines()))
+    items = expand(s, g, installed_caps(s))
     skipped = [i for i in items if isinstance(i, SkippedRun)]
     console.print(f"{spec}: valid; {len(items)} points on {g.key} ({len(items) - len(skipped)} planned, "
                   f"{len(skipped)} skipped)")

@@ -3,62 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SerializerFunctionWrapHandler,
-    ValidationError,
-    field_validator,
-    model_serializer,
-    model_validator,
-)
+from pydantic import Field, ValidationError, model_validator
 
-from atlas.knobs import (
-    ENGINE_KV,
-    ENGINE_QUANTS,
-    QUANT_FACTS,
-    Dtype,
-    EngineKind,
-    KVCacheDtype,
-    LoadMode,
-    Quantization,
-)
+from atlas.engines.knobs_base import drop_flat_defaults
+from atlas.engines.registry import ADAPTERS, DEFAULT_ENGINE, AnyGrid, engine_kinds
+from atlas.knobs import MAX_REQUESTS, MAX_SECONDS, MAX_STREAMS, MAX_TOKENS, LoadMode
+from atlas.models import Frozen, LateFields
 
 
 class SpecError(ValueError):
     """A sweep spec that cannot be used; the message is one line naming the file and the field."""
-
-
-class Frozen(BaseModel):
-    # NaN and infinity are never a knob's value (a NaN rate ran as "ok" and crashed the frontier)
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-# Upper bounds on what one machine's load generator and one engine can be asked for: a larger value is a
-# typo (concurrency 1e20 ended in a MemoryError), refused with the field's name before anything starts.
-MAX_STREAMS = 16_384
-MAX_REQUESTS = 1_000_000
-MAX_TOKENS = 1 << 20
-MAX_SECONDS = 86_400.0
-
-
-class LateFields(Frozen):
-    """A model whose fields added after results existed (`_late_fields`) are left out of its serialized form
-    while unset, so the run ids of configs measured before a field existed stay the same."""
-
-    _late_fields: ClassVar[tuple[str, ...]] = ()
-
-    @model_serializer(mode="wrap")
-    def _drop_unset_late_fields(self, handler: SerializerFunctionWrapHandler) -> dict:  # type: ignore[type-arg]
-        out = handler(self)
-        for name in self._late_fields:
-            if out.get(name) is None:
-                out.pop(name, None)
-        return out  # type: ignore[no-any-return]
 
 
 class ModelSpec(LateFields):
@@ -71,110 +28,30 @@ class ModelSpec(LateFields):
     num_layers: int | None = Field(None, ge=1)
     num_kv_heads: int | None = Field(None, ge=1)
     head_dim: int | None = Field(None, ge=1)
-    checkpoints: dict[Quantization, str] = Field(
-        default_factory=dict, description="Pre-quantized checkpoint (folder or hub id) per quantization method"
+    checkpoints: dict[str, str] = Field(
+        default_factory=dict, description="Pre-quantized checkpoint (folder or hub id; a .gguf file for llama.cpp) "
+                                          "per weight format"
     )
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$",
                                description="pins a model file (a .gguf given as model.path): checked before use")
-    kv_scales: dict[Quantization, str] | None = Field(
+    kv_scales: dict[str, str] | None = Field(
         None, description="per weight format, a checkpoint (folder or hub id) that carries calibrated FP8 KV-cache "
                           "scales (config.json quantization_config.kv_cache_scheme); served for kv_cache_dtype "
                           "fp8_calibrated. Make one with `atlas quantize --kv-scales`")
     _late_fields: ClassVar[tuple[str, ...]] = ("sha256", "kv_scales")
 
-    def kv_scales_checkpoint(self, q: Quantization, kv: KVCacheDtype) -> str | None:
-        """The checkpoint served for these weights and KV cache when it carries calibrated KV scales."""
-        return (self.kv_scales or {}).get(q) if kv == KVCacheDtype.FP8_CALIBRATED else None
-
     @model_validator(mode="after")
     def _path_given(self) -> ModelSpec:
         if self.source != "embedded" and not self.path:
             raise ValueError(f"model.path is required when model.source is {self.source!r}")
-        if bad := [q.value for q in self.kv_scales or {} if QUANT_FACTS[q].engine != EngineKind.VLLM]:
-            raise ValueError(f"kv_scales: {', '.join(bad)} are llama.cpp weight types; calibrated FP8 KV scales "
-                             f"are for vLLM weights ({', '.join(sorted(q.value for q in ENGINE_QUANTS[EngineKind.VLLM]))})")
+        for field, keys, allowed in (
+                ("checkpoints", self.checkpoints, {k: a.weight_formats for k, a in ADAPTERS.items()}),
+                ("kv_scales", self.kv_scales or {}, {k: a.kv_scale_formats for k, a in ADAPTERS.items()})):
+            known = frozenset().union(*allowed.values())
+            if bad := [k for k in keys if k not in known]:
+                takes = "; ".join(f"{e}: {', '.join(sorted(f))}" for e, f in allowed.items() if f)
+                raise ValueError(f"{field}: {', '.join(bad)} is no weight format an engine takes here ({takes})")
         return self
-
-
-class ServerKnobs(LateFields):
-    """Everything that needs a new engine server when it changes."""
-
-    dtype: Dtype = Dtype.BFLOAT16
-    quantization: Quantization = Quantization.NONE
-    kv_cache_dtype: KVCacheDtype = KVCacheDtype.AUTO
-    max_num_seqs: int = Field(256, ge=1, le=MAX_STREAMS)
-    max_num_batched_tokens: int | None = Field(None, ge=16, le=MAX_TOKENS)
-    enable_chunked_prefill: bool | None = None
-    enable_prefix_caching: bool = False
-    gpu_memory_utilization: float | None = Field(None, gt=0.0, le=1.0)
-    n_ubatch: int | None = Field(None, ge=1, le=MAX_TOKENS, description="llama.cpp physical batch (max_num_batched_tokens is n_batch)")
-    _late_fields: ClassVar[tuple[str, ...]] = ("n_ubatch",)  # added with the llama.cpp engine
-
-    @property
-    def engine(self) -> EngineKind:
-        return QUANT_FACTS[self.quantization].engine
-
-    def label(self) -> str:
-        if self.engine == EngineKind.LLAMACPP:  # the GGUF type is the weights' whole numerics
-            parts = [f"llama.cpp w:{self.quantization.value}", f"kv:{self.kv_cache_dtype.value}",
-                     f"slots:{self.max_num_seqs}"]
-        else:
-            parts = [self.dtype.value, f"w:{self.quantization.value}", f"kv:{self.kv_cache_dtype.value}",
-                     f"seqs:{self.max_num_seqs}"]
-        if self.max_num_batched_tokens is not None:
-            parts.append(f"mbt:{self.max_num_batched_tokens}" if self.engine == EngineKind.VLLM
-                         else f"batch:{self.max_num_batched_tokens}")
-        if self.n_ubatch is not None:
-            parts.append(f"ubatch:{self.n_ubatch}")
-        if self.enable_chunked_prefill is not None:
-            parts.append("chunked" if self.enable_chunked_prefill else "no-chunk")
-        if self.enable_prefix_caching:
-            parts.append("prefix-cache")
-        return " ".join(parts)
-
-
-class Grid(Frozen):
-    """The cross product of these lists is swept; a missing list means the knob's default."""
-
-    engine: EngineKind | None = Field(None, description="this grid's engine; default: the spec's engine")
-    dtype: list[Dtype] = [Dtype.BFLOAT16]
-    quantization: list[Quantization] = [Quantization.NONE]
-    kv_cache_dtype: list[KVCacheDtype] = [KVCacheDtype.AUTO]
-    max_num_seqs: list[Annotated[int, Field(ge=1, le=MAX_STREAMS)]] = [256]
-    max_num_batched_tokens: list[Annotated[int, Field(ge=16, le=MAX_TOKENS)] | None] = [None]
-    enable_chunked_prefill: list[bool | None] = [None]
-    enable_prefix_caching: list[bool] = [False]
-    gpu_memory_utilization: list[Annotated[float, Field(gt=0.0, le=1.0)] | None] = [None]
-    n_ubatch: list[Annotated[int, Field(ge=1, le=MAX_TOKENS)] | None] = [None]
-
-    @field_validator("dtype", "quantization", "kv_cache_dtype", "max_num_seqs", "max_num_batched_tokens",
-                     "enable_chunked_prefill", "enable_prefix_caching", "gpu_memory_utilization", "n_ubatch")
-    @classmethod
-    def _non_empty_unique(cls, v: list) -> list:  # type: ignore[type-arg]
-        if not v:
-            raise ValueError("list must not be empty")
-        if len(set(v)) != len(v):
-            raise ValueError(f"list has repeated values: {v}")
-        return v
-
-    def problems(self, engine: EngineKind) -> list[str]:
-        """Knob values this grid's engine does not have (each a 'field: why' line)."""
-        out = []
-        if bad := [q.value for q in self.quantization if q not in ENGINE_QUANTS[engine]]:
-            out.append(f"quantization: {engine.value} has no {', '.join(bad)} "
-                       f"(it takes {', '.join(sorted(q.value for q in ENGINE_QUANTS[engine]))})")
-        if bad := [k.value for k in self.kv_cache_dtype if k not in ENGINE_KV[engine]]:
-            out.append(f"kv_cache_dtype: {engine.value} has no {', '.join(bad)} "
-                       f"(it takes {', '.join(sorted(k.value for k in ENGINE_KV[engine]))})")
-        if engine == EngineKind.LLAMACPP:
-            for name, default in (("dtype", [Dtype.BFLOAT16]), ("enable_chunked_prefill", [None]),
-                                  ("gpu_memory_utilization", [None]), ("enable_prefix_caching", [False])):
-                if getattr(self, name) != default:
-                    why = "the GGUF weight type (grid.quantization) sets it" if name == "dtype" else "no such knob"
-                    out.append(f"{name}: has no meaning for llamacpp ({why})")
-        elif self.n_ubatch != [None]:
-            out.append("n_ubatch: a llama.cpp knob; vLLM's batch size is max_num_batched_tokens")
-        return out
 
 
 class LoadShape(Frozen):
@@ -247,11 +124,12 @@ class QualitySpec(Frozen):
 
 class SweepSpec(Frozen):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    engine: EngineKind = EngineKind.VLLM
+    engine: str = Field(DEFAULT_ENGINE, description="the engine of grids that name none")
     gpu: str = "cpu"
     price_provider: str | None = None
     model: ModelSpec
-    grid: Grid | list[Grid] = Field(Grid(), description="one grid, or several (e.g. one per engine)")
+    grid: AnyGrid | list[AnyGrid] = Field(description="one grid, or several (e.g. one per engine); each grid's "
+                                                      "knobs are its engine's (`engine:`, default the spec's)")
     load: LoadSpec = LoadSpec()
     quality: QualitySpec = QualitySpec()
     host: str = "127.0.0.1"
@@ -261,38 +139,58 @@ class SweepSpec(Frozen):
     engine_env: dict[str, str] = {}
     extra_engine_args: list[str] = []
 
+    @model_validator(mode="before")
+    @classmethod
+    def _grids_name_their_engine(cls, data: Any) -> Any:
+        """A grid without `engine:` is the spec's engine's; an unknown engine is named here."""
+        if not isinstance(data, dict):
+            return data
+        engine = data.get("engine", DEFAULT_ENGINE)
+        if engine not in ADAPTERS:
+            raise ValueError(f"engine: unknown engine {engine!r}; known: {', '.join(engine_kinds())}")
+        grid = data.get("grid", {})
+
+        def named(g: Any) -> Any:
+            if not isinstance(g, dict):
+                return g
+            g = {**g, "engine": g.get("engine") or engine}
+            if g["engine"] not in ADAPTERS:
+                raise ValueError(f"grid.engine: unknown engine {g['engine']!r}; known: {', '.join(engine_kinds())}")
+            # a spec written before knobs were per engine (sweep-spec.yaml beside recorded results) lists every
+            # engine's knobs; those this engine lacks are dropped where they hold the old defaults
+            return drop_flat_defaults(ADAPTERS[g["engine"]].knobs.knob_names(), g, as_list=True)
+
+        return {**data, "grid": [named(g) for g in grid] if isinstance(grid, list) else named(grid)}
+
     @model_validator(mode="after")
-    def _grids_fit_engines(self) -> SweepSpec:
-        grids = self.grids()
-        if not grids:
+    def _load_fits_the_model(self) -> SweepSpec:
+        if not self.grids():
             raise ValueError("grid: needs at least one grid")
-        for i, (engine, g) in enumerate(grids):
-            where = f"grid[{i}]." if isinstance(self.grid, list) else "grid."
-            if problems := g.problems(engine):
-                raise ValueError(where + problems[0])
         need = self.load.prompt_tokens + self.load.output_tokens
         if need > self.model.max_model_len:
             raise ValueError(f"load: prompt_tokens + output_tokens = {need} exceeds model.max_model_len "
                              f"{self.model.max_model_len}")
         return self
 
-    def grids(self) -> list[tuple[EngineKind, Grid]]:
+    def grids(self) -> list[tuple[str, Any]]:
         """(engine, grid) for each grid of the spec, in order."""
         grids = self.grid if isinstance(self.grid, list) else [self.grid]
-        return [(g.engine or self.engine, g) for g in grids]
+        return [(g.engine, g) for g in grids]  # type: ignore[union-attr]
 
-    def engines(self) -> list[EngineKind]:
+    def engines(self) -> list[str]:
         return list(dict.fromkeys(e for e, _ in self.grids()))
 
 
-_UNION_TAGS = ("Grid", "list[Grid]")  # how pydantic names the branches of `grid: Grid | list[Grid]` in a loc
+def _union_tag(part: object) -> bool:
+    """How pydantic names a branch of `grid: <grid of some engine> | list[...]` in an error's location."""
+    return isinstance(part, str) and part.startswith(("tagged-union[", "list[tagged-union["))
 
 
 def _wrong_branch(loc: tuple, data: object) -> bool:  # type: ignore[type-arg]
-    """An error from the union branch the input's shape did not ask for (a list given, the Grid branch)."""
+    """An error from the union branch the input's shape did not ask for (a list given, the single-grid branch)."""
     node = data
     for part in loc:
-        if part in _UNION_TAGS:
+        if _union_tag(part):
             return str(part).startswith("list[") != isinstance(node, list)
         try:
             node = node[part]  # type: ignore[index]
@@ -301,12 +199,31 @@ def _wrong_branch(loc: tuple, data: object) -> bool:  # type: ignore[type-arg]
     return False
 
 
+def _readable_loc(loc: tuple) -> str:  # type: ignore[type-arg]
+    """grid.tagged-union[...].<engine>.dtype -> grid.dtype: the union's branch and the engine tag left out."""
+    out: list[str] = []
+    prev: object = None
+    for part in loc:
+        if _union_tag(part) or (part in ADAPTERS and (_union_tag(prev) or isinstance(prev, int))):
+            prev = part
+            continue
+        out.append(str(part))
+        prev = part
+    return ".".join(out)
+
+
 def _format_error(path: Path | str, err: ValidationError, data: object = None) -> str:
     errors = [e for e in err.errors() if not _wrong_branch(e["loc"], data)] or err.errors()
     first = errors[0]
-    loc = ".".join(str(p) for p in first["loc"] if p not in _UNION_TAGS) or "(top level)"
+    loc = _readable_loc(first["loc"]) or "(top level)"
     more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{path}: {loc}: {first['msg']}{more}"
+    msg = first["msg"]
+    engine = next((p for p in first["loc"] if p in ADAPTERS), None) if loc.startswith("grid") else None
+    if engine and first["type"] == "extra_forbidden" and isinstance(first["loc"][-1], str):
+        msg = f"{engine} has no knob {first['loc'][-1]!r} (Extra inputs are not permitted)"
+    elif engine:
+        msg = f"{msg} (engine {engine})"
+    return f"{path}: {loc}: {msg}{more}"
 
 
 def parse_spec(data: object, origin: str = "<spec>") -> SweepSpec:
@@ -318,7 +235,9 @@ def parse_spec(data: object, origin: str = "<spec>") -> SweepSpec:
         raise SpecError(_format_error(origin, e, data)) from None
 
 
-def load_spec(path: str | Path) -> SweepSpec:
+def load_spec(path: str | Path, **overrides: Any) -> SweepSpec:
+    """The spec in a YAML file; `overrides` replace top-level keys before validation (the CLI's --gpu and
+    --engine: grids that name no engine take the spec's)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -328,6 +247,10 @@ def load_spec(path: str | Path) -> SweepSpec:
         raise SpecError(f"{p}: cannot read sweep spec: {e.strerror or e}") from None
     try:
         data = yaml.safe_load(text)
+        if overrides:
+            if not isinstance(data, dict):
+                raise SpecError(f"{p}: expected a mapping at the top level, got {type(data).__name__}")
+            data = {**data, **overrides}
         return parse_spec(data, str(p))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)

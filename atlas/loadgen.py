@@ -109,7 +109,7 @@ class _Client:
                 "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
         rec.sent_s = self.clock()
         # X-Atlas-Sent: the send time on the host's monotonic clock; real servers ignore it, the mock server
-        # in atlas.testing counts its injected delays from it.
+        # in atlas.engines.mock counts its injected delays from it.
         headers = {"X-Atlas-Sent": repr(time.perf_counter())}
         try:
             for attempt in (0, 1):

@@ -33,8 +33,8 @@ def preflight(spec: SweepSpec, gpu: GpuSpec, price_provider: str | None = None, 
     if not model_files:
         return
     m = spec.model
-    named = [("model.path", m.path)] + [(f"model.checkpoints.{k.value}", v) for k, v in m.checkpoints.items()]
-    named += [(f"model.kv_scales.{k.value}", v) for k, v in (m.kv_scales or {}).items()]
+    named = [("model.path", m.path)] + [(f"model.checkpoints.{k}", v) for k, v in m.checkpoints.items()]
+    named += [(f"model.kv_scales.{k}", v) for k, v in (m.kv_scales or {}).items()]
     for field, value in named:
         if value and _local(value) and not Path(value).expanduser().exists():
             raise SpecError(f"{field}: {value}: no such file or folder")

@@ -11,19 +11,18 @@ from typing import Any
 
 import yaml
 
-from atlas.config import ServerKnobs, SweepSpec
+from atlas.config import SweepSpec
 from atlas.cost import cost_of
-from atlas.engines.base import EngineError, reason_from_log
-from atlas.engines.gguf import GgufError, llama_cpp_version
+from atlas.engines.adapter import Caps, ModelUnavailable
+from atlas.engines.base import Engine, EngineError, reason_from_log
 from atlas.engines.process import stop_stale_launches
-from atlas.engines.vllm import vllm_version
-from atlas.engines.vllm_caps import VllmCaps
-from atlas.evaluate import generate, perplexity
+from atlas.engines.registry import ServerKnobs, adapter
+from atlas.evaluate import generate
 from atlas.hardware import GpuSpec, check_gpu_present
-from atlas.knobs import DTYPE_FACTS, QUANT_FACTS, REFERENCE_KV, EngineKind
 from atlas.lm_eval_adapter import is_lm_eval, run_task
 from atlas.loadgen import LoadRun, requests_of, run_load, run_sync
 from atlas.metrics import repeat_stat, summarize_load
+from atlas.numerics import NumericsKey, baselines
 from atlas.plan import PlannedRun, RunConfig, SkippedRun, expand
 from atlas.point_checks import REPEAT_METRICS, MetricsSampler, counter_deltas, pooled_summary, served_check
 from atlas.preflight import preflight
@@ -39,7 +38,6 @@ from atlas.quality import (
     passage,
     score_outputs,
 )
-from atlas.quantize import CheckpointError
 from atlas.redact import redact_argv, redact_env
 from atlas.results import Provenance, ResultError, ResultStore, RunResult, skipped_result
 from atlas.serving import ModelResolver, default_engine
@@ -67,18 +65,7 @@ class SweepReport:
         return out
 
 
-EngineFactory = Callable[[SweepSpec, GpuSpec, RunConfig, str, Path], Any]
-NumericsKey = tuple[str, str, str, str]
-
-
-def numerics_key(s: ServerKnobs) -> NumericsKey:
-    """What decides the numbers a model computes; scheduling knobs do not change greedy answers' kernels."""
-    return (s.engine.value, s.dtype.value, s.quantization.value, s.kv_cache_dtype.value)
-
-
-def is_reference(s: ServerKnobs) -> bool:
-    """Unquantized weights and an unquantized KV cache: what the engine's quality baseline runs."""
-    return QUANT_FACTS[s.quantization].reference and s.kv_cache_dtype in REFERENCE_KV
+EngineFactory = Callable[[SweepSpec, GpuSpec, RunConfig, str, Path], Engine]
 
 
 def order_groups(groups: dict[str, list[PlannedRun]]) -> list[list[PlannedRun]]:
@@ -86,13 +73,9 @@ def order_groups(groups: dict[str, list[PlannedRun]]) -> list[list[PlannedRun]]:
     numerics in spec order; within one numerics key the server with the most sequences first, since it runs
     that key's quality eval fastest."""
     firsts = [(k, g[0].config.server) for k, g in groups.items()]
-    keys: list[NumericsKey] = []
-    for engine in dict.fromkeys(srv.engine for _, srv in firsts):
-        refs = [srv for _, srv in firsts if srv.engine == engine and is_reference(srv)]
-        if refs:
-            keys.append(numerics_key(max(refs, key=lambda srv: DTYPE_FACTS[srv.dtype].rank)))
-    keys += [numerics_key(srv) for _, srv in firsts if numerics_key(srv) not in keys]
-    ordered = sorted(enumerate(firsts), key=lambda e: (keys.index(numerics_key(e[1][1])), -e[1][1].max_num_seqs, e[0]))
+    keys: list[NumericsKey] = [b.key for b in baselines([srv.numerics() for _, srv in firsts]).values()]
+    keys += [srv.numerics().key for _, srv in firsts if srv.numerics().key not in keys]
+    ordered = sorted(enumerate(firsts), key=lambda e: (keys.index(e[1][1].numerics().key), -e[1][1].slots, e[0]))
     return [groups[k] for _, (k, _) in ordered]
 
 
@@ -100,7 +83,7 @@ def order_groups(groups: dict[str, list[PlannedRun]]) -> list[list[PlannedRun]]:
 class _Live:
     """A started engine, kept for the points of its server config."""
     key: str
-    engine: Any
+    engine: Engine
     prov: Provenance
     quality: QualityResult | str | None
 
@@ -117,9 +100,9 @@ class Sweeper:
     def __init__(self, spec: SweepSpec, gpu: GpuSpec, results_root: Path | str, *, resume: bool = False,
                  progress: Callable[[SweepEvent], None] | None = None, price_provider: str | None = None,
                  engine_factory: EngineFactory | None = None, check_hardware: bool = True,
-                 vllm: VllmCaps | None = None):
-        """`vllm`: what the vLLM that runs the sweep accepts (plan.expand skips what it cannot run)."""
-        self.spec, self.gpu, self.vllm = spec, gpu, vllm
+                 caps: dict[str, Caps] | None = None):
+        """`caps`: per engine, what the installed engine accepts (plan.expand skips what it cannot run)."""
+        self.spec, self.gpu, self.caps = spec, gpu, caps
         self.store = ResultStore(results_root, spec.name)
         self.resume = resume
         self.progress = progress or (lambda e: None)
@@ -130,7 +113,7 @@ class Sweeper:
         self.refused_keys: dict[NumericsKey, tuple[str, str, list[str]]] = {}
         self._live: _Live | None = None
         self.on_quality: Callable[[NumericsKey, str, QualityResult], None] | None = None
-        self.baselines: dict[EngineKind, tuple[str, QualityResult]] = {}  # per engine: its own reference
+        self.baselines: dict[str, tuple[str, QualityResult]] = {}  # per engine: its own reference
         self.done = 0
         self.total = 0
         self.models = ModelResolver(spec, lambda message: self._emit("note", message))
@@ -143,7 +126,7 @@ class Sweeper:
         if self.check_hardware:
             check_gpu_present(self.gpu)
         preflight(self.spec, self.gpu, self.provider, model_files=self.engine_factory is default_engine)
-        items = expand(self.spec, self.gpu, self.vllm)
+        items = expand(self.spec, self.gpu, self.caps)
         self.total = len(items)
         self.store.check_writable()
         for stale in stop_stale_launches(self.store.dir / "logs"):
@@ -201,11 +184,11 @@ class Sweeper:
         `baseline`, it is what this engine's other numerics are compared with."""
         self.quality_by_key.setdefault(key, result)
         if baseline:
-            self.baselines.setdefault(EngineKind(key[0]), (label, result))
+            self.baselines.setdefault(key[0], (label, result))
 
     def refused(self, server: ServerKnobs) -> bool:
         """Whether the engine refused this server's numerics at start-up (every config sharing them fails)."""
-        return numerics_key(server) in self.refused_keys
+        return server.numerics().key in self.refused_keys
 
     def _emit(self, kind: str, message: str, status: str | None = None) -> None:
         self.progress(SweepEvent(kind=kind, done=self.done, total=self.total, message=message, status=status))
@@ -219,12 +202,12 @@ class Sweeper:
     # ---------------------------------------------------------------------------------------------------
     def _run_group(self, group: list[PlannedRun]) -> list[RunResult]:
         server = group[0].config.server
-        key = numerics_key(server)
+        key = server.numerics().key
         if self.resume and all(self.store.is_complete(p.run_id, p.config) for p in group):
             kept = [r for r in (self.store.get(p.run_id) for p in group) if r is not None]
             if kept and kept[0].quality and key not in self.quality_by_key:
                 self.quality_by_key[key] = kept[0].quality
-                if server.engine not in self.baselines and is_reference(server):
+                if server.engine not in self.baselines and server.numerics().is_baseline_candidate:
                     self.baselines[server.engine] = (server.label(), kept[0].quality)
             self.done += len(kept)
             self._emit("server", f"resume: kept {len(kept)} points of {server.label()}")
@@ -241,11 +224,11 @@ class Sweeper:
     def _open(self, cfg: RunConfig) -> _Live | _Refusal:
         """Starts the engine of this server config and evaluates its numerics' quality (once per numerics)."""
         server = cfg.server
-        key = numerics_key(server)
-        engine_version = llama_cpp_version() if server.engine == EngineKind.LLAMACPP else vllm_version()
+        key = server.numerics().key
+        engine_version = adapter(server.engine).version()
         try:
             model_path, model_files = self.models.resolve(server)
-        except (GgufError, CheckpointError) as e:
+        except ModelUnavailable as e:
             prov = base_provenance(self.spec.model.id, "", {}, engine_version, self._sha)
             return _Refusal(f"model weights not available: {e}", [], prov)
         prov = base_provenance(self.spec.model.id, model_path, model_files, engine_version, self._sha)
@@ -292,12 +275,12 @@ class Sweeper:
                                      config=planned.config, log_tail=tail[-60:],
                                      provenance=prov.model_copy(update={"finished_at": now_iso()})))
 
-    def _quality(self, engine: Any, server: ServerKnobs, model_path: str) -> QualityResult | str | None:
+    def _quality(self, engine: Engine, server: ServerKnobs, model_path: str) -> QualityResult | str | None:
         """The gated quality result for this server's numerics, or a reason it could not be measured."""
         q = self.spec.quality
         if not q.enabled:
             return None
-        key = numerics_key(server)
+        key = server.numerics().key
         if key in self.quality_by_key:
             return self.quality_by_key[key]
         self._emit("quality", f"quality eval: {server.label()}")
@@ -305,21 +288,18 @@ class Sweeper:
             names = [*q.sets, *q.jsonl]
             sets = {n: load_set(n)[: q.max_items_per_set] for n in names if not is_lm_eval(n)}
             outputs = generate(engine.base_url, engine.served_model, sets, q.max_tokens,
-                               concurrency=min(server.max_num_seqs, 16))
+                               concurrency=min(server.slots, 16))
             outcomes, scores = score_outputs(sets, outputs)
             for n in filter(is_lm_eval, names):
                 scores[n] = run_task(n, engine.base_url, engine.served_model, model_path or None,
                                      q.max_items_per_set, q.max_tokens)
-            ppl = None
-            if q.perplexity:  # an engine that computes it itself (llama.cpp) says so; else vLLM's prompt_logprobs
-                ppl = (engine.perplexity(passage()) if hasattr(engine, "perplexity")
-                       else perplexity(engine.base_url, engine.served_model, passage()))
-        except (QualityError, GgufError) as e:
+            ppl = engine.perplexity(passage()) if q.perplexity else None  # None: the engine cannot say
+        except QualityError as e:
             return f"quality could not be measured: {e}"
         result = build_result(outcomes, scores, ppl, server.label())
         base = None
         known = self.baselines.get(server.engine)
-        if known is None and is_reference(server):
+        if known is None and server.numerics().is_baseline_candidate:
             self.baselines[server.engine] = (server.label(), result)
         elif known is not None:
             base = known[1]
@@ -330,7 +310,7 @@ class Sweeper:
             self.on_quality(key, server.label(), result)
         return result
 
-    def _measure(self, engine: Any, planned: PlannedRun, quality: QualityResult | str | None,
+    def _measure(self, engine: Engine, planned: PlannedRun, quality: QualityResult | str | None,
                  prov: Provenance) -> RunResult:
         cfg = planned.config
         label = cfg.label()
@@ -344,7 +324,7 @@ class Sweeper:
             return self._fail(planned, f"not measured: {why}", engine.log_tail(40), prov)
         self._emit("note", f"measuring {label}")
         prompts, fit_warnings = self._prompts(engine, cfg)
-        reset = engine.reset_prefix_cache() if hasattr(engine, "reset_prefix_cache") else False
+        reset = engine.reset_prefix_cache()
         t0 = time.monotonic()
         before = engine.scrape_metrics()
         sampler = MetricsSampler(engine)
@@ -353,7 +333,7 @@ class Sweeper:
         try:
             for k in range(cfg.load.repeats):
                 runs.append(run_sync(run_load(engine.base_url, engine.served_model, cfg.load, seed_offset=k,
-                                              fresh_connections=getattr(engine, "fresh_connections", False),
+                                              fresh_connections=engine.fresh_connections,
                                               prompts=prompts[k])))
         finally:
             server_metrics = sampler.result()
@@ -366,7 +346,7 @@ class Sweeper:
         unstable = [n for n, s in stats_.items() if s.unstable]
         warnings = [f"unstable across repeats (CV > 10%): {', '.join(unstable)}"] if unstable else []
         warnings += fit_warnings
-        if cfg.server.enable_prefix_caching and not reset:  # cached prompts would make TTFT look better
+        if cfg.server.prefix_caching and reset is not True:  # cached prompts would make TTFT look better
             warnings.append("the engine's prefix cache could not be reset before this point")
         if warnings:
             metrics = metrics.model_copy(update={"warnings": [*metrics.warnings, *warnings]})
@@ -403,7 +383,7 @@ class Sweeper:
         return self._write(result, records)
 
 
-    def _prompts(self, engine: Any, cfg: RunConfig) -> tuple[list[list[str]], list[str]]:
+    def _prompts(self, engine: Engine, cfg: RunConfig) -> tuple[list[list[str]], list[str]]:
         """Each repeat's prompts, fitted to the served tokenizer (kept for the points of one engine kind and
         prompt seed: the same model's tokenizer counts them the same way)."""
         load, out, warnings = cfg.load, [], []

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from enum import Enum
 
 import pandas as pd
 
+from atlas.engines.registry import KNOB_MODELS
 from atlas.results import RunResult
 
 
@@ -48,17 +50,26 @@ def metric_label(name: str) -> str:
     return f"{label} ({unit})" if unit else label
 
 
+# every engine's knobs, in registry order (a knob an engine does not have is empty in its rows)
+KNOB_COLUMNS = list(dict.fromkeys(n for k in KNOB_MODELS for n in k.knob_names()))
+
+
+def _plain(v: object) -> object:
+    return v.value if isinstance(v, Enum) else v
+
+
 def results_frame(results: list[RunResult]) -> pd.DataFrame:
     rows = []
     for r in results:
         s, lp = r.config.server, r.config.load
+        n = s.numerics()
+        knobs = s.knob_values()
         row = {"run_id": r.run_id, "sweep": r.sweep, "source": r.source, "status": r.status,
                "reason": "; ".join(r.reasons), "label": r.label, "gpu": r.config.gpu, "engine": r.config.engine,
-               "model": r.config.model.id, "dtype": s.dtype.value, "quantization": s.quantization.value,
-               "kv_cache_dtype": s.kv_cache_dtype.value, "max_num_seqs": s.max_num_seqs,
-               "max_num_batched_tokens": s.max_num_batched_tokens, "chunked_prefill": s.enable_chunked_prefill,
-               "prefix_caching": s.enable_prefix_caching, "load": lp.label(), "concurrency": lp.concurrency,
-               "rate_rps": lp.rate_rps, "server": s.label(),
+               "model": r.config.model.id, **{k: _plain(knobs.get(k)) for k in KNOB_COLUMNS},
+               "numerics": n.label(), "baseline_candidate": n.is_baseline_candidate, "numerics_rank": n.rank,
+               "scheduling": s.scheduling(), "slots": s.slots,
+               "load": lp.label(), "concurrency": lp.concurrency, "rate_rps": lp.rate_rps, "server": s.label(),
                "warnings": "; ".join(r.metrics.warnings) if r.metrics else "",
                "extrapolated": bool(r.simulation.extrapolated) if r.simulation else None}
         for name, (_, _, get) in METRICS.items():

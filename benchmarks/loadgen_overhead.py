@@ -13,11 +13,11 @@ import tempfile
 from pathlib import Path
 
 from atlas.config import LoadPoint
+from atlas.engines.mock.engine import MockEngine
+from atlas.engines.mock.server import MockOptions
 from atlas.knobs import LoadMode
 from atlas.loadgen import run_load, run_sync
 from atlas.metrics import itl_ms, ttft_ms
-from atlas.testing.mock_engine import MockEngine
-from atlas.testing.mock_server import MockOptions
 
 CORES = sorted(os.sched_getaffinity(0))
 

@@ -25,12 +25,12 @@ def artifacts() -> Path:
 @pytest.fixture
 def mock_server(tmp_path):
     """Start a mock OpenAI server subprocess with given options; yields a function opts -> base_url."""
-    from atlas.testing.mock_engine import MockEngine
+    from atlas.engines.mock.engine import MockEngine
 
     engines = []
 
     def start(**kw):
-        from atlas.testing.mock_server import MockOptions
+        from atlas.engines.mock.server import MockOptions
 
         eng = MockEngine(MockOptions(**kw), tmp_path / f"mock{len(engines)}.log")
         eng.start()

@@ -23,6 +23,7 @@ from pathlib import Path
 from atlas.engines import procs
 from atlas.engines.base import EngineError, reason_from_log
 from atlas.engines.guard import start_guard
+from atlas.engines.prometheus import parse_prometheus
 from atlas.redact import Redactor
 
 ArgvFor = Callable[[int], list[str]]
@@ -40,6 +41,8 @@ class ProcessEngine:
 
     name = "process"
     served_tokens_metric: str | None = None  # a /metrics counter of generated tokens: what the engine served
+    scraped: tuple[str, ...] = ()  # the /metrics names sampled while load runs
+    fresh_connections = False  # one TCP connection per request (for servers that close kept-alive ones)
     stop_grace_s = 20.0  # SIGTERM, then SIGKILL for what is still running after this
 
     def __init__(self, argv: list[str] | ArgvFor, *, served_name: str, host: str, port: int | None,
@@ -232,34 +235,22 @@ class ProcessEngine:
         return answer if isinstance(answer, dict) else None
 
     def scrape_metrics(self) -> dict[str, float]:
-        from atlas.engines.vllm import SCRAPED, parse_prometheus
-
-        text = self._get("/metrics")
-        return parse_prometheus(text, SCRAPED) if text else {}
+        """This engine's /metrics, the names in `scraped` summed over their label sets."""
+        text = self._get("/metrics") if self.scraped else None
+        return parse_prometheus(text, self.scraped) if text else {}
 
     def count_tokens(self, prompt: str) -> int | None:
-        """Prompt tokens of the served model's tokenizer, as a completion request counts them (vLLM's
-        /tokenize; None when the server has no such endpoint)."""
-        answer = self._post_json("/tokenize", {"model": self.served_model, "prompt": prompt})
-        count = answer.get("count") if answer else None
-        return int(count) if isinstance(count, int) else None
+        """Prompt tokens of the served model's tokenizer as a completion request counts them; None when the
+        engine cannot say (its adapter overrides this where it has a tokenizer endpoint)."""
+        return None
 
-    def reset_prefix_cache(self, tries: int = 5, wait_s: float = 0.5) -> bool:
-        """Empties the engine's prefix cache. vLLM answers 200 with {"success": false} while blocks are still
-        held (a previous point's requests finishing), so the answer is read and the reset tried again."""
-        for attempt in range(tries):
-            body = self._get("/reset_prefix_cache", method="POST")
-            if body is None:
-                return False
-            try:
-                answer = json.loads(body) if body.strip() else None
-            except ValueError:
-                answer = None
-            if not isinstance(answer, dict) or answer.get("success", True):
-                return True
-            if attempt < tries - 1:
-                time.sleep(wait_s)
-        return False
+    def perplexity(self, text: str) -> tuple[float, int] | None:
+        """(perplexity, tokens scored) of `text` under the served model; None when the engine cannot compute it."""
+        return None
+
+    def reset_prefix_cache(self) -> bool | None:
+        """Empties the engine's prefix cache: True when done, False when it failed, None when it has none."""
+        return None
 
     def provenance(self) -> dict:  # type: ignore[type-arg]
         return {"engine": self.name, "argv": self.redactor.argv(self.argv[1:]), "ready_s": self.ready_s,

@@ -25,7 +25,7 @@ def _hover(df: pd.DataFrame) -> list[str]:
 
 
 def _group_key(df: pd.DataFrame) -> pd.Series:
-    return df["dtype"] + " · w:" + df["quantization"] + " · kv:" + df["kv_cache_dtype"]
+    return df["engine"] + " · " + df["numerics"]
 
 
 def pair_scatter(df: pd.DataFrame, x: Objective, y: Objective, title: str | None = None) -> go.Figure:

@@ -12,12 +12,11 @@ from plotly.offline import get_plotlyjs
 
 from atlas import __version__
 from atlas.frontier import DEFAULT_OBJECTIVES, Constraint, Objective, compute_frontier
-from atlas.knobs import DTYPE_FACTS, Dtype
 from atlas.report.figures import pair_scatter, scatter3d, speedup_bars
 from atlas.results import RunResult
-from atlas.table import METRICS, metric_label, results_frame
+from atlas.table import KNOB_COLUMNS, METRICS, metric_label, results_frame
 
-TABLE_COLUMNS = ["status", "gpu", "engine", "dtype", "quantization", "kv_cache_dtype", "max_num_seqs", "load",
+TABLE_COLUMNS = ["status", "gpu", "engine", *KNOB_COLUMNS, "load",
                  "usd_per_m_output", "output_tok_s", "ttft_p50_ms", "tpot_p50_ms", "e2e_p50_ms", "e2e_p99_ms",
                  "accuracy", "perplexity", "agreement", "on_frontier", "source", "extrapolated", "reason"]
 
@@ -47,30 +46,30 @@ def _fmt(v: object, digits: int = 4) -> str:
 
 
 def speedups(fr: pd.DataFrame) -> pd.DataFrame:
-    """Throughput of each numerics config over the baseline numerics at the same GPU, batching and load."""
+    """Throughput of each numerics over its engine's baseline numerics (the quality baseline: the most precise
+    unquantized one) at the same GPU, scheduling knobs and load."""
     ok = fr[fr["status"].isin(["ok", "quality_failed", "invalid"]) & fr["output_tok_s"].notna()]
-    sched = ["gpu", "engine", "max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "prefix_caching", "load"]
+    sched = ["gpu", "engine", "scheduling", "load"]
     rows = []
-    for gpu, sub in ok.groupby("gpu"):
-        ref = sub[(sub["quantization"] == "none") & (sub["kv_cache_dtype"] == "auto")]
+    for (gpu, _engine), sub in ok.groupby(["gpu", "engine"]):
+        ref = sub[sub["baseline_candidate"]]
         if ref.empty:
             continue
-        base_dtype = max(ref["dtype"].unique(), key=lambda d: DTYPE_FACTS[Dtype(d)].rank)  # as the quality baseline
-        base = ref[ref["dtype"] == base_dtype].set_index(sched, drop=False)
+        base_numerics = ref.sort_values("numerics_rank", ascending=False, kind="stable")["numerics"].iloc[0]
+        base = ref[ref["numerics"] == base_numerics].set_index(sched, drop=False)
         for _, r in sub.iterrows():
-            if (r["dtype"], r["quantization"], r["kv_cache_dtype"]) == (base_dtype, "none", "auto"):
+            if r["numerics"] == base_numerics:
                 continue
             k = tuple(r[c] for c in sched)
             if k not in base.index:
                 continue
             b = base.loc[[k]].iloc[0]
-            changed = sum([r["dtype"] != base_dtype, r["quantization"] != "none", r["kv_cache_dtype"] != "auto"])
-            rows.append({"gpu": gpu, "numerics": f"{r['dtype']} · w:{r['quantization']} · kv:{r['kv_cache_dtype']}",
-                         "kind": "combined" if changed > 1 else "single", "load": r["load"],
-                         "level": r["concurrency"] if pd.notna(r["concurrency"]) else r["rate_rps"],
-                         "max_num_seqs": r["max_num_seqs"], "speedup": r["output_tok_s"] / b["output_tok_s"],
+            changed = sum(a != c for a, c in zip(r["numerics"].split(" · "), base_numerics.split(" · "), strict=False))
+            rows.append({"gpu": gpu, "numerics": r["numerics"], "kind": "combined" if changed > 1 else "single",
+                         "load": r["load"], "level": r["concurrency"] if pd.notna(r["concurrency"]) else r["rate_rps"],
+                         "max_num_seqs": r["slots"], "speedup": r["output_tok_s"] / b["output_tok_s"],
                          "tpot_ratio": (r["tpot_p50_ms"] / b["tpot_p50_ms"]) if b["tpot_p50_ms"] else None,
-                         "status": r["status"], "baseline": f"{base_dtype} · w:none · kv:auto"})
+                         "status": r["status"], "baseline": base_numerics})
     return pd.DataFrame(rows)
 
 

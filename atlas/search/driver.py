@@ -19,15 +19,15 @@ import optuna
 from optuna.samplers import BaseSampler, NSGAIISampler, TPESampler
 from optuna.trial import FrozenTrial, TrialState
 
-from atlas.config import ServerKnobs
+from atlas.engines.registry import ServerKnobs
 from atlas.frontier import Objective
-from atlas.knobs import DTYPE_FACTS
+from atlas.numerics import NumericsKey, baselines
 from atlas.plan import PlannedRun
 from atlas.results import RunResult
 from atlas.search.seeding import Seeder
 from atlas.search.space import SearchSpace
 from atlas.search.study import StudyHandle, quality_keys
-from atlas.sweep import NumericsKey, is_reference, order_groups
+from atlas.sweep import order_groups
 from atlas.table import METRICS
 
 
@@ -67,14 +67,7 @@ def make_sampler(handle: StudyHandle, n_startup: int) -> BaseSampler:
 
 def baseline_keys(space: SearchSpace) -> dict[str, NumericsKey]:
     """Each engine's quality baseline: its most precise unquantized numerics (as a full sweep chooses)."""
-    best: dict[str, tuple[int, NumericsKey]] = {}
-    for p, key in zip(space.points, space.numerics, strict=True):
-        s = p.config.server
-        if is_reference(s):
-            rank = DTYPE_FACTS[s.dtype].rank
-            if p.config.engine not in best or rank > best[p.config.engine][0]:
-                best[p.config.engine] = (rank, key)
-    return {e: k for e, (_, k) in best.items()}
+    return {e: n.key for e, n in baselines([p.config.server.numerics() for p in space.points]).items()}
 
 
 def strategy_order(space: SearchSpace, handle: StudyHandle) -> list[int]:

@@ -5,20 +5,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from atlas.config import ServerKnobs
+from atlas.engines.registry import ServerKnobs
 from atlas.frontier import Objective, hypervolume
 from atlas.plan import PlannedRun
 from atlas.results import RunResult
 from atlas.search import SearchError
 from atlas.search.driver import objective_values
-from atlas.sweep import numerics_key
 
 
 class ReplayMeasurer:
     def __init__(self, recorded: list[RunResult]):
         self.by_id = {r.run_id: r for r in recorded if r.source == "measured" and r.status != "skipped"}
         # The recorded sweep's refusals: a failed start with the engine's own reason, shared by its numerics.
-        self._refused = {numerics_key(r.config.server) for r in self.by_id.values()
+        self._refused = {r.config.server.numerics().key for r in self.by_id.values()
                          if r.status == "failed" and any(x.startswith("engine failed to start") for x in r.reasons)}
         self.measured: list[str] = []
 
@@ -30,7 +29,7 @@ class ReplayMeasurer:
         return r
 
     def refused(self, server: ServerKnobs) -> bool:
-        return numerics_key(server) in self._refused
+        return server.numerics().key in self._refused
 
 
 def hypervolume_fraction(subset: list[RunResult], full: list[RunResult], objectives: list[Objective]) -> float:

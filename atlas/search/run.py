@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from atlas.config import SweepSpec
-from atlas.engines.vllm_caps import VllmCaps
+from atlas.engines.adapter import Caps
 from atlas.hardware import GpuSpec, get_gpu
+from atlas.numerics import NumericsKey
 from atlas.plan import PlannedRun, SkippedRun, expand
 from atlas.quality import QualityResult
 from atlas.results import ResultStore, RunResult, skipped_result
@@ -20,7 +21,7 @@ from atlas.search.driver import Snapshot, Worker, baseline_keys, read_snapshot
 from atlas.search.settings import SearchSettings
 from atlas.search.space import SearchSpace
 from atlas.search.study import StudyHandle, create_study, join_study, quality_attr, quality_keys
-from atlas.sweep import EngineFactory, NumericsKey, Sweeper, SweepEvent
+from atlas.sweep import EngineFactory, Sweeper, SweepEvent
 
 
 @dataclass
@@ -82,7 +83,7 @@ def _work(handle: StudyHandle, gpu: GpuSpec, results_root: Path | str, engine_fa
             progress(f"{e.status} {e.message}" if e.kind == "point" else e.message)
 
     sweeper = Sweeper(handle.spec, gpu, results_root, progress=on_event, price_provider=price_provider,
-                      engine_factory=engine_factory, check_hardware=check_hardware, vllm=handle.vllm)
+                      engine_factory=engine_factory, check_hardware=check_hardware, caps=handle.caps)
     items = sweeper.prepare()
     skipped = [sweeper.write_skipped(i) for i in items if isinstance(i, SkippedRun)]
     space = SearchSpace([i for i in items if isinstance(i, PlannedRun)])
@@ -104,10 +105,10 @@ def run_search(spec: SweepSpec, gpu: GpuSpec, results_root: Path | str, settings
                storage_url: str | None = None, study_name: str | None = None,
                engine_factory: EngineFactory | None = None, progress: Callable[[str], None] | None = None,
                check_hardware: bool = True, price_provider: str | None = None,
-               vllm: VllmCaps | None = None) -> SearchReport:
-    """Creates (or rejoins) the study of this spec and works in it until its budget is spent. `vllm`: what the
-    creating host's vLLM accepts; every worker plans with it, so all see the same points."""
-    handle = create_study(spec, gpu.key, settings, storage_url, study_name, vllm=vllm)
+               caps: dict[str, Caps] | None = None) -> SearchReport:
+    """Creates (or rejoins) the study of this spec and works in it until its budget is spent. `caps`: what the
+    creating host's engines accept; every worker plans with them, so all see the same points."""
+    handle = create_study(spec, gpu.key, settings, storage_url, study_name, caps=caps)
     return _work(handle, gpu, results_root, engine_factory, progress or (lambda m: None), check_hardware,
                  price_provider)
 
@@ -128,7 +129,7 @@ def collect(storage_url: str, study_name: str, results_root: Path | str) -> tupl
     handle = join_study(storage_url, study_name)
     gpu = get_gpu(handle.gpu)
     store = ResultStore(results_root, handle.spec.name)
-    items = expand(handle.spec, gpu, handle.vllm)
+    items = expand(handle.spec, gpu, handle.caps)
     space = SearchSpace([i for i in items if isinstance(i, PlannedRun)])
     n = 0
     for t in handle.study.get_trials(deepcopy=False):

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from atlas.frontier import hypervolume
-from atlas.knobs import DTYPE_FACTS, KV_BYTES_PER_ELEM, QUANT_FACTS, Dtype, KVCacheDtype, Quantization
 from atlas.results import RunResult
 from atlas.search.space import SearchSpace
 from atlas.search.study import StudyHandle
@@ -122,8 +121,8 @@ class Seeder:
     def _nearest(self, known: dict[tuple[str, ...], dict[str, float | None]], key: tuple[str, ...]) -> dict[str, float | None]:
         """The quality of the measured numerics closest in bytes per weight and per KV element."""
         def size(k: tuple[str, ...]) -> tuple[float, float]:
-            act = DTYPE_FACTS[Dtype(k[1])].bytes_per_elem
-            return (QUANT_FACTS[Quantization(k[2])].bytes_per_weight or act, KV_BYTES_PER_ELEM[KVCacheDtype(k[3])] or act)
+            n = self.space.numerics_of[k]  # type: ignore[index]
+            return (n.bytes_per_weight, n.kv_bytes_per_elem)
         same = [k for k in known if k[0] == key[0]]
         if not same:
             return {}

@@ -9,12 +9,13 @@ from typing import Any
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 
+from atlas.engines.registry import KNOB_MODELS
+from atlas.numerics import Numerics, NumericsKey
 from atlas.plan import PlannedRun, RunConfig
 from atlas.search import SearchError
-from atlas.sweep import NumericsKey, numerics_key
 
-KNOBS = ("engine", "dtype", "quantization", "kv_cache_dtype", "max_num_seqs", "max_num_batched_tokens",
-         "enable_chunked_prefill", "enable_prefix_caching", "gpu_memory_utilization", "n_ubatch", "load")
+# every engine's knobs (from its knob model), then the load level
+KNOBS = ("engine", *dict.fromkeys(n for k in KNOB_MODELS for n in k.knob_names()), "load")
 
 
 def _text(v: Any) -> str:
@@ -30,8 +31,9 @@ def _text(v: Any) -> str:
 def point_params(cfg: RunConfig) -> dict[str, str]:
     """Every knob of a point as text (Optuna's categorical choices must be plain values)."""
     out = {"engine": cfg.engine, "load": cfg.load.label()}
+    values = cfg.server.knob_values()
     for k in KNOBS[1:-1]:
-        out[k] = _text(getattr(cfg.server, k))
+        out[k] = _text(values.get(k))  # a knob this engine does not have is "none"
     return out
 
 
@@ -46,7 +48,9 @@ class SearchSpace:
                               for k in self.knobs}
         self._params = [{k: p[k] for k in self.knobs} for p in every]
         self._index = {self._key(p): i for i, p in enumerate(self._params)}
-        self.numerics: list[NumericsKey] = [numerics_key(p.config.server) for p in self.points]
+        self.numerics: list[NumericsKey] = [p.config.server.numerics().key for p in self.points]
+        self.numerics_of: dict[NumericsKey, Numerics] = {p.config.server.numerics().key: p.config.server.numerics()
+                                                         for p in self.points}
         self._by_run = {p.run_id: i for i, p in enumerate(self.points)}
 
     def __len__(self) -> int:

@@ -9,14 +9,13 @@ import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
 from typing import Any, Literal
 
 import optuna
 from optuna.storages import BaseStorage, InMemoryStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
 
 from atlas.config import SweepSpec, parse_spec
-from atlas.engines.vllm_caps import VllmCaps
+from atlas.engines.adapter import Caps
 from atlas.search import SearchError
 from atlas.search.settings import SearchSettings
 
@@ -48,9 +47,9 @@ class StudyHandle:
     """A study and the storage behind it (kept to send heartbeats)."""
 
     def __init__(self, study: optuna.Study, storage: BaseStorage, spec: SweepSpec, gpu: str,
-                 settings: SearchSettings, vllm: VllmCaps | None = None):
+                 settings: SearchSettings, caps: dict[str, Caps] | None = None):
         self.study, self.storage, self.spec, self.gpu, self.settings = study, storage, spec, gpu, settings
-        self.vllm = vllm  # the creating host's vLLM: every worker plans the same points with it
+        self.caps = caps  # the creating host's engines: every worker plans the same points with them
 
     @contextmanager
     def heartbeat(self, trial: optuna.trial.Trial) -> Iterator[None]:
@@ -102,14 +101,14 @@ def _directions(settings: SearchSettings) -> list[Literal["minimize", "maximize"
 
 def create_study(spec: SweepSpec, gpu: str, settings: SearchSettings, storage_url: str | None = None,
                  name: str | None = None, heartbeat_s: int = HEARTBEAT_S, grace_s: int = GRACE_S,
-                 vllm: VllmCaps | None = None) -> StudyHandle:
+                 caps: dict[str, Caps] | None = None) -> StudyHandle:
     """A new study for this spec on this GPU, or the existing one of that name if it was made for the same
     spec, GPU and settings (so the command that made it can be run again to add a worker)."""
     storage = _storage(storage_url, heartbeat_s, grace_s)
     name = name or f"{spec.name}-{gpu}"
     attrs = {"atlas:spec": spec.model_dump(mode="json"), "atlas:gpu": gpu,
              "atlas:settings": settings.model_dump(mode="json"), "atlas:heartbeat": [heartbeat_s, grace_s],
-             "atlas:vllm": asdict(vllm) if vllm else None}
+             "atlas:caps": caps or None}
     try:
         study = optuna.create_study(storage=storage, study_name=name, directions=_directions(settings),
                                     load_if_exists=True)
@@ -125,7 +124,7 @@ def create_study(spec: SweepSpec, gpu: str, settings: SearchSettings, storage_ur
         for k, v in attrs.items():
             study.set_user_attr(k, v)
         existing = attrs
-    return StudyHandle(study, storage, spec, gpu, settings, _vllm(existing))
+    return StudyHandle(study, storage, spec, gpu, settings, _caps(existing))
 
 
 def join_study(storage_url: str, name: str) -> StudyHandle:
@@ -146,9 +145,12 @@ def join_study(storage_url: str, name: str) -> StudyHandle:
     study = optuna.load_study(study_name=name, storage=storage)
     spec = parse_spec(attrs["atlas:spec"], f"study {name}")
     settings = SearchSettings.model_validate(attrs["atlas:settings"])
-    return StudyHandle(study, storage, spec, str(attrs["atlas:gpu"]), settings, _vllm(attrs))
+    return StudyHandle(study, storage, spec, str(attrs["atlas:gpu"]), settings, _caps(attrs))
 
 
-def _vllm(attrs: dict[str, Any]) -> VllmCaps | None:
-    """The vLLM the study was planned with (None: made where no vLLM was known, or before Atlas recorded it)."""
-    return VllmCaps(**attrs["atlas:vllm"]) if attrs.get("atlas:vllm") else None
+def _caps(attrs: dict[str, Any]) -> dict[str, Caps] | None:
+    """What each engine accepted where the study was planned (None: not recorded); a study made before caps
+    were per engine recorded only vLLM's."""
+    if attrs.get("atlas:caps"):
+        return dict(attrs["atlas:caps"])
+    return {"vllm": attrs["atlas:vllm"]} if attrs.get("atlas:vllm") else None

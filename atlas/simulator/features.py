@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from atlas.config import ModelSpec, ServerKnobs
+from atlas.config import ModelSpec
+from atlas.engines.registry import ServerKnobs
 from atlas.hardware import GpuSpec
-from atlas.knobs import DTYPE_FACTS, KV_BYTES_PER_ELEM, QUANT_FACTS, Quantization
 
 
 class SimulatorError(ValueError):
@@ -37,11 +37,10 @@ def step_costs(model: ModelSpec, server: ServerKnobs, gpu: GpuSpec) -> StepCosts
     if missing:
         raise SimulatorError(f"model {model.id!r}: the simulator needs {', '.join(missing)} in the spec's model")
     assert model.params_b and model.num_layers and model.num_kv_heads and model.head_dim
-    act = DTYPE_FACTS[server.dtype].bytes_per_elem
-    per_weight = QUANT_FACTS[server.quantization].bytes_per_weight or act
-    kv_elem = KV_BYTES_PER_ELEM[server.kv_cache_dtype] or act
+    n = server.numerics()
+    per_weight, kv_elem = n.bytes_per_weight, n.kv_bytes_per_elem
     params = model.params_b * 1e9
-    fp8_compute = server.quantization == Quantization.FP8 and gpu.fp8_native and gpu.fp8_tflops
+    fp8_compute = n.weights == "fp8" and gpu.fp8_native and gpu.fp8_tflops  # W8A8 on FP8 tensor cores
     peak = (gpu.fp8_tflops if fp8_compute else gpu.bf16_tflops) or gpu.bf16_tflops
     return StepCosts(weight_bytes=params * per_weight,
                      kv_bytes_per_token=2 * model.num_layers * model.num_kv_heads * model.head_dim * kv_elem,
@@ -67,6 +66,6 @@ def kv_capacity_tokens(costs: StepCosts, gpu: GpuSpec, server: ServerKnobs) -> i
     the KV space is a setting, VLLM_CPU_KVCACHE_SPACE, and comes from the measured results instead)."""
     if gpu.is_cpu:
         return None
-    budget = gpu.memory_gib * 2**30 * (server.gpu_memory_utilization or 0.9) - ACTIVATION_RESERVE_GIB * 2**30
+    budget = gpu.memory_gib * 2**30 * (server.memory_fraction or 0.9) - ACTIVATION_RESERVE_GIB * 2**30
     free = budget - costs.weight_bytes
     return max(0, int(free // costs.kv_bytes_per_token))

@@ -120,7 +120,7 @@ def _envelope(rs: list[RunResult]) -> dict[str, list[float]]:
     vals: dict[str, list[float]] = {"max_num_seqs": [], "prompt_tokens": [], "output_tokens": [], "concurrency": [],
                                     "rate_rps": []}
     for r in rs:
-        vals["max_num_seqs"].append(r.config.server.max_num_seqs)
+        vals["max_num_seqs"].append(r.config.server.slots)
         vals["prompt_tokens"].append(r.config.load.prompt_tokens)
         vals["output_tokens"].append(r.config.load.output_tokens)
         if r.config.load.concurrency is not None:
@@ -131,8 +131,7 @@ def _envelope(rs: list[RunResult]) -> dict[str, list[float]]:
 
 
 def numerics_of(r: RunResult) -> tuple[str, str, str]:
-    s = r.config.server
-    return (s.dtype.value, s.quantization.value, s.kv_cache_dtype.value)
+    return r.config.server.numerics().as_tuple()
 
 
 def fit(results: list[RunResult], name: str, spec_model: ModelSpec | None = None,

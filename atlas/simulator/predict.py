@@ -21,7 +21,7 @@ def _choose(artifact: CalibrationArtifact, cfg: RunConfig) -> tuple[Efficiencies
     """The efficiencies to use, the group they come from, why they extrapolate, and whether they cross
     between a CPU and a GPU."""
     s = cfg.server
-    numerics = (s.dtype.value, s.quantization.value, s.kv_cache_dtype.value)
+    numerics = s.numerics().as_tuple()
     same_engine = [g for g in artifact.groups if g.engine == cfg.engine]
     if not same_engine:
         raise SimulatorError(f"calibration {artifact.name!r} has no fit for engine {cfg.engine!r}")
@@ -48,7 +48,7 @@ def _choose(artifact: CalibrationArtifact, cfg: RunConfig) -> tuple[Efficiencies
 
 def _envelope_reasons(group: CalibrationGroup, cfg: RunConfig) -> list[str]:
     out = []
-    checks = {"max_num_seqs": cfg.server.max_num_seqs, "prompt_tokens": cfg.load.prompt_tokens,
+    checks = {"max_num_seqs": cfg.server.slots, "prompt_tokens": cfg.load.prompt_tokens,
               "output_tokens": cfg.load.output_tokens, "concurrency": cfg.load.concurrency,
               "rate_rps": cfg.load.rate_rps}
     for k, v in checks.items():
@@ -99,7 +99,7 @@ def predict_config(artifact: CalibrationArtifact, cfg: RunConfig, run_id: str, s
     lat = errors.get("tpot_p50_ms", 0.25)
     summary = summary.model_copy(update={n: _widen(getattr(summary, n), lat)
                                          for n in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")})
-    batch = min(cfg.server.max_num_seqs, cfg.load.concurrency or cfg.server.max_num_seqs)
+    batch = min(cfg.server.slots, cfg.load.concurrency or cfg.server.slots)
     bound_ms = costs.roofline_s(batch, batch * (cfg.load.prompt_tokens + cfg.load.output_tokens // 2)) * 1e3
     tpot = summary.tpot_ms.p50.value if summary.tpot_ms else None
     if tpot is not None and tpot < bound_ms * 0.999:
@@ -123,14 +123,14 @@ def predict_spec(artifact: CalibrationArtifact, spec: SweepSpec, gpu: GpuSpec, m
     for r in measured:
         if r.quality is not None and r.status in ("ok", "quality_failed"):
             s = r.config.server
-            quality.setdefault((r.config.gpu, s.dtype, s.quantization, s.kv_cache_dtype), r)
+            quality.setdefault((r.config.gpu, s.numerics().key), r)
     out = []
     for item in expand(spec, gpu):
         if not isinstance(item, PlannedRun) or item.run_id in done:
             continue
         res = predict_config(artifact, item.config, item.run_id, spec.name, price_provider)
         s = item.config.server
-        src = quality.get((gpu.key, s.dtype, s.quantization, s.kv_cache_dtype))
+        src = quality.get((gpu.key, s.numerics().key))
         if src is not None and src.quality is not None:
             assert res.simulation is not None
             res = res.model_copy(update={

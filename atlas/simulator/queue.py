@@ -10,7 +10,8 @@ import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
-from atlas.config import LoadPoint, ServerKnobs
+from atlas.config import LoadPoint
+from atlas.engines.registry import ServerKnobs
 from atlas.knobs import LoadMode
 from atlas.loadgen import LoadRun, RequestRecord, arrival_schedule
 from atlas.simulator.features import Efficiencies, StepCosts
@@ -32,8 +33,8 @@ def simulate(costs: StepCosts, eff: Efficiencies, server: ServerKnobs, point: Lo
              max_steps: int = 2_000_000) -> LoadRun:
     prompt = prompt_tokens or point.prompt_tokens
     out = point.output_tokens
-    chunked = server.enable_chunked_prefill is not False
-    budget = server.max_num_batched_tokens or (DEFAULT_BATCHED_TOKENS if chunked else max_model_len)
+    chunked = server.chunked_prefill is not False
+    budget = server.batch_tokens or (DEFAULT_BATCHED_TOKENS if chunked else max_model_len)
     budget = max(budget, 1)
     closed = point.mode == LoadMode.CLOSED
     n = point.num_requests + (point.warmup_requests if closed else 0)
@@ -91,7 +92,7 @@ def simulate(costs: StepCosts, eff: Efficiencies, server: ServerKnobs, point: Lo
                 prefill.append((s, take))
                 left -= take
         kv_used = sum(s.prompt + s.generated for s in running)
-        while waiting and len(running) < server.max_num_seqs and left > 0:
+        while waiting and len(running) < server.slots and left > 0:
             s = waiting[0]
             if kv_capacity_tokens is not None and kv_used + s.prompt + out > kv_capacity_tokens and running:
                 break  # no KV blocks free: it waits (vLLM would preempt later arrivals instead)

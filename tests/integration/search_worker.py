@@ -9,8 +9,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from atlas.engines.mock.engine import MockEngine
 from atlas.search.run import run_worker
-from atlas.testing.mock_engine import MockEngine
 from tests.integration.test_sweep_mock import behaviour
 
 

@@ -15,11 +15,11 @@ import pytest
 from atlas.config import parse_spec
 from atlas.engines import procs
 from atlas.engines.base import EngineError
+from atlas.engines.mock.engine import MockEngine, mock_argv
+from atlas.engines.mock.server import MockOptions
 from atlas.engines.process import ProcessEngine, stop_stale_launches
 from atlas.hardware import get_gpu
 from atlas.sweep import Sweeper
-from atlas.testing.mock_engine import MockEngine, mock_argv
-from atlas.testing.mock_server import MockOptions
 
 SPEC = {
     "name": "ident", "gpu": "cpu",
@@ -153,7 +153,7 @@ def test_verify_notices_when_the_engine_is_gone_and_a_decoy_took_the_port(tmp_pa
 # -- no engine process outlives Atlas ---------------------------------------------------------------------
 FORKING = ("import subprocess, sys, runpy; "
            "subprocess.Popen([sys.executable, '-c', 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-           "time.sleep(300)']); sys.argv = ['mock_server'] + sys.argv[1:]; runpy.run_module('atlas.testing.mock_server', "
+           "time.sleep(300)']); sys.argv = ['mock_server'] + sys.argv[1:]; runpy.run_module('atlas.engines.mock.server', "
            "run_name='__main__')")
 
 

@@ -2,11 +2,10 @@
 whose code is broken on most problems is gated out of the frontier with a significant accuracy drop."""
 
 from atlas.config import parse_spec
+from atlas.engines.mock.engine import MockEngine
+from atlas.engines.mock.server import MockOptions
 from atlas.hardware import get_gpu
-from atlas.knobs import Quantization
 from atlas.sweep import Sweeper
-from atlas.testing.mock_engine import MockEngine
-from atlas.testing.mock_server import MockOptions
 
 SPEC = {
     "name": "humaneval-mock", "gpu": "cpu",
@@ -20,12 +19,12 @@ SPEC = {
 
 def test_humaneval_in_a_sweep(tmp_path):
     def factory(spec, gpu, cfg, model_path, log_path):
-        broken = cfg.server.quantization == Quantization.FP8
+        broken = cfg.server.quantization == "fp8"
         return MockEngine(MockOptions(ttft_ms=5, itl_ms=2, degrade=0.7 if broken else 0.0), log_path)
 
     report = Sweeper(parse_spec(SPEC), get_gpu("cpu"), tmp_path, engine_factory=factory).run()
     by_quant = {r.config.server.quantization: r for r in report.results}
-    base, bad = by_quant[Quantization.NONE], by_quant[Quantization.FP8]
+    base, bad = by_quant["none"], by_quant["fp8"]
     assert base.status == "ok" and base.quality.sets["humaneval"].accuracy == 1.0
     assert all(o.extracted == "pass" for o in base.quality.items)
     assert bad.status == "quality_failed"

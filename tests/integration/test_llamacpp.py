@@ -15,7 +15,7 @@ SPEC = Path(__file__).parent / "specs" / "tiny-llamacpp.yaml"
 
 def _need_llama_server():
     from atlas.engines.base import EngineError
-    from atlas.engines.llamacpp import server_binary
+    from atlas.engines.llamacpp.engine import server_binary
 
     try:
         server_binary()

@@ -8,11 +8,11 @@ import time
 import pytest
 
 from atlas.config import parse_spec
+from atlas.engines.mock.engine import MockEngine
+from atlas.engines.mock.server import MockOptions
 from atlas.hardware import get_gpu
 from atlas.report.site import build_site
 from atlas.sweep import Sweeper
-from atlas.testing.mock_engine import MockEngine
-from atlas.testing.mock_server import MockOptions
 from tests.integration.test_sweep_mock import SPEC, Factory, behaviour
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")

@@ -7,16 +7,15 @@ from pathlib import Path
 import pytest
 
 from atlas.config import parse_spec
+from atlas.engines.mock.engine import MockEngine, free_port
+from atlas.engines.mock.server import MockOptions
 from atlas.engines.process import ProcessEngine
 from atlas.frontier import compute_frontier
 from atlas.hardware import get_gpu
-from atlas.knobs import KVCacheDtype, Quantization
 from atlas.report.site import DEFAULT_OBJECTIVES, build_site
 from atlas.results import load_results
 from atlas.sweep import Sweeper
 from atlas.table import results_frame
-from atlas.testing.mock_engine import MockEngine, free_port
-from atlas.testing.mock_server import MockOptions
 
 SPEC = {
     "name": "mock-sweep", "gpu": "cpu",
@@ -31,9 +30,9 @@ SPEC = {
 
 def behaviour(server):
     """Baseline: 80% right. FP8 weights: 5 points worse, a bit faster. Naive FP8 KV: fast garbage."""
-    if server.kv_cache_dtype == KVCacheDtype.FP8:
+    if server.kv_cache_dtype == "fp8":
         return MockOptions(ttft_ms=5, itl_ms=2, answers="garbage")
-    if server.quantization == Quantization.FP8:
+    if server.quantization == "fp8":
         return MockOptions(ttft_ms=8, itl_ms=6, degrade=0.25)
     return MockOptions(ttft_ms=10, itl_ms=10, degrade=0.20)
 
@@ -103,7 +102,7 @@ def test_engine_that_will_not_start_fails_its_points_and_the_sweep_goes_on(tmp_p
 
     def make(server, log):
         calls.append(server)
-        return failing_engine(server, log) if server.kv_cache_dtype == KVCacheDtype.FP8 else \
+        return failing_engine(server, log) if server.kv_cache_dtype == "fp8" else \
             MockEngine(behaviour(server), log)
 
     spec = {**SPEC, "grid": {**SPEC["grid"], "quantization": ["none"]}}
@@ -204,7 +203,7 @@ def test_secrets_in_engine_arguments_and_environment_are_never_written(tmp_path)
         # an engine whose argv carries the spec's arguments and whose log prints them, as vLLM's does
         argv = lambda p: [sys.executable, "-c", f"print('args: {secret} {env_secret}', flush=True); "  # noqa: E731
                           "import sys, runpy; sys.argv = ['m'] + sys.argv[1:]; "
-                          "runpy.run_module('atlas.testing.mock_server', run_name='__main__')",
+                          "runpy.run_module('atlas.engines.mock.server', run_name='__main__')",
                           "--port", str(p), *spec_.extra_engine_args]
         return ProcessEngine(argv, served_name="mock", host="127.0.0.1", port=None, log_path=log_path,
                              env=spec_.engine_env)

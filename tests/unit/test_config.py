@@ -2,7 +2,8 @@ import pytest
 from pydantic import ValidationError
 
 from atlas.config import SpecError, load_spec, parse_spec
-from atlas.knobs import Dtype, KVCacheDtype
+from atlas.engines.vllm.knobs import VllmKV
+from atlas.knobs import Dtype
 
 MIN = {"name": "t", "model": {"id": "m", "source": "embedded"}}
 
@@ -68,4 +69,27 @@ def test_spec_is_frozen():
     s = parse_spec(MIN)
     with pytest.raises(ValidationError):
         s.name = "x"  # type: ignore[misc]
-    assert KVCacheDtype("fp8_calibrated")
+    assert VllmKV("fp8_calibrated")
+
+
+def test_knobs_are_per_engine_and_a_knob_an_engine_lacks_names_the_field():
+    from atlas.engines.llamacpp.knobs import LlamaCppKnobs
+    from atlas.engines.vllm.knobs import VllmKnobs
+
+    s = parse_spec({**MIN, "grid": [{"max_num_seqs": [4]},
+                                    {"engine": "llamacpp", "quantization": ["q8_0"], "n_ubatch": [64]}]})
+    (e1, g1), (e2, g2) = s.grids()
+    assert (e1, e2) == ("vllm", "llamacpp") and g2.quantization == ["q8_0"]
+    # the same knob name in two engines, each with its own values
+    with pytest.raises(SpecError, match=r"grid\.0\.vllm\.quantization\.0|grid\..*quantization"):
+        parse_spec({**MIN, "grid": {"quantization": ["q8_0"]}})
+    for bad, field in (({"engine": "llamacpp", "dtype": ["float32"]}, "dtype"),
+                       ({"engine": "llamacpp", "enable_prefix_caching": [True]}, "enable_prefix_caching"),
+                       ({"n_ubatch": [8]}, "n_ubatch")):
+        with pytest.raises(SpecError) as e:
+            parse_spec({**MIN, "grid": bad})
+        assert field in str(e.value) and "Extra inputs are not permitted" in str(e.value), str(e.value)
+    with pytest.raises(SpecError, match="unknown engine 'sglangx'"):
+        parse_spec({**MIN, "engine": "sglangx"})
+    assert VllmKnobs(max_num_seqs=4).numerics().is_baseline_candidate
+    assert not LlamaCppKnobs(engine="llamacpp", kv_cache_dtype="q8_0").numerics().is_baseline_candidate

@@ -2,11 +2,14 @@ from pathlib import Path
 
 import pytest
 
-from atlas.config import ServerKnobs
 from atlas.engines.base import EngineError, reason_from_log
-from atlas.engines.vllm import build_argv, parse_capacity, parse_prometheus
+from atlas.engines.prometheus import parse_prometheus
+from atlas.engines.vllm.engine import build_argv, parse_capacity
+from atlas.engines.vllm.knobs import VllmKnobs as ServerKnobs
+from atlas.engines.vllm.knobs import VllmKV as KVCacheDtype
+from atlas.engines.vllm.knobs import VllmQuant as Quantization
 from atlas.hardware import HardwareError, check_gpu_present, get_gpu, load_gpus, price_usd_per_hour
-from atlas.knobs import Dtype, KVCacheDtype, Quantization
+from atlas.knobs import Dtype
 
 
 def argv(**kw):
@@ -119,7 +122,7 @@ def test_every_vllm_argv_parses_with_the_installed_vllms_own_parser(tmp_path: Pa
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     from atlas.config import load_spec, parse_spec
-    from atlas.engines.vllm_caps import installed_vllm_caps
+    from atlas.engines.vllm.caps import installed_vllm_caps
     from atlas.plan import PlannedRun, expand
     from atlas.serving import default_engine
 
@@ -129,7 +132,7 @@ def test_every_vllm_argv_parses_with_the_installed_vllms_own_parser(tmp_path: Pa
     specs = [(parse_spec(ref), "h100"), (load_spec(Path(__file__).parents[2] / "configs" / "cpu-smollm2.yaml"), "cpu")]
     seen = 0
     for spec, gpu in specs:
-        for item in expand(spec, get_gpu(gpu), installed_vllm_caps()):
+        for item in expand(spec, get_gpu(gpu), {"vllm": caps.to_json() if (caps := installed_vllm_caps()) else None}):
             if isinstance(item, PlannedRun):
                 engine = default_engine(spec, get_gpu(gpu), item.config, "/m", tmp_path / "log")
                 assert engine.argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]

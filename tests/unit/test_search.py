@@ -169,14 +169,23 @@ def test_an_interrupted_measurement_frees_its_point():
 
 
 def test_workers_plan_with_the_vllm_the_study_was_made_with(tmp_path):
-    from atlas.engines.vllm_caps import VllmCaps
+    from atlas.engines.vllm.caps import VllmCaps
 
     url = f"sqlite:///{tmp_path / 'study.db'}"
-    caps = VllmCaps("vllm==0.32.0", calculate_kv_scales=False)
-    create_study(SPEC, "cpu", SearchSettings(), url, "v", vllm=caps)
-    assert join_study(url, "v").vllm == caps  # a worker on another host expands the same points
-    assert create_study(SPEC, "cpu", SearchSettings(), url, "v", vllm=caps).vllm == caps  # rerun: joins it
-    with pytest.raises(SearchError, match="already exists with another vllm"):
-        create_study(SPEC, "cpu", SearchSettings(), url, "v", vllm=VllmCaps("vllm==0.11.0", True))
+    caps = {"vllm": VllmCaps("vllm==0.32.0", calculate_kv_scales=False).to_json()}
+    create_study(SPEC, "cpu", SearchSettings(), url, "v", caps=caps)
+    assert join_study(url, "v").caps == caps  # a worker on another host expands the same points
+    assert create_study(SPEC, "cpu", SearchSettings(), url, "v", caps=caps).caps == caps  # rerun: joins it
+    with pytest.raises(SearchError, match="already exists with another caps"):
+        create_study(SPEC, "cpu", SearchSettings(), url, "v", caps={"vllm": VllmCaps("vllm==0.11.0", True).to_json()})
     create_study(SPEC, "cpu", SearchSettings(), url, "none")
-    assert join_study(url, "none").vllm is None
+    assert join_study(url, "none").caps is None
+
+
+def test_a_study_made_before_caps_were_per_engine_still_plans_with_its_vllm():
+    from atlas.search.study import _caps
+
+    legacy = {"version": "vllm==0.11.0", "calculate_kv_scales": True}
+    assert _caps({"atlas:vllm": legacy}) == {"vllm": legacy}
+    assert _caps({"atlas:caps": {"vllm": legacy, "llamacpp": None}}) == {"vllm": legacy, "llamacpp": None}
+    assert _caps({}) is None

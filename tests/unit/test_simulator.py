@@ -1,8 +1,10 @@
 import pytest
 
-from atlas.config import LoadPoint, ModelSpec, ServerKnobs, parse_spec
+from atlas.config import LoadPoint, ModelSpec, parse_spec
+from atlas.engines.vllm.knobs import VllmKnobs as ServerKnobs
+from atlas.engines.vllm.knobs import VllmQuant as Quantization
 from atlas.hardware import get_gpu
-from atlas.knobs import Dtype, LoadMode, Quantization
+from atlas.knobs import Dtype, LoadMode
 from atlas.metrics import summarize_load
 from atlas.plan import expand
 from atlas.results import RunResult

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 # vLLM deprecated --calculate-kv-scales in March 2026 (vllm-project/vllm#37201) and removed it in July 2026
@@ -23,15 +22,13 @@ class VllmCaps:
     def label(self) -> str:
         return self.version or "the installed vLLM"
 
+    def to_json(self) -> dict:  # type: ignore[type-arg]
+        return asdict(self)
+
 
 def caps_from_source(version: str | None, sources: list[str]) -> VllmCaps:
     """Capabilities from the text of vLLM's config and argument modules."""
     return VllmCaps(version=version, calculate_kv_scales=any("calculate_kv_scales" in s for s in sources))
-
-
-def caps_for(engines: Sequence[str]) -> VllmCaps | None:
-    """The installed vLLM's capabilities where a sweep's grids use vLLM, else None."""
-    return installed_vllm_caps() if "vllm" in engines else None
 
 
 @functools.cache
@@ -50,6 +47,6 @@ def installed_vllm_caps() -> VllmCaps | None:
     sources = [p.read_text(errors="replace") for p in candidates if p.is_file()]
     if not sources:
         return None
-    from atlas.engines.vllm import vllm_version
+    from atlas.engines.vllm.engine import vllm_version
 
     return caps_from_source(vllm_version(), sources)

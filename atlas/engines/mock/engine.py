@@ -1,5 +1,6 @@
 """An Engine that runs the mock server as a real subprocess, so sweeps can be tested end to end without
-vLLM; and a factory mapping server knobs to mock behaviours for those tests."""
+vLLM; and a factory mapping server knobs to mock behaviours for those tests. The mock speaks vLLM's API
+(/tokenize, /metrics names, prompt logprobs, /reset_prefix_cache), so it is read with vLLM's helpers."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
-from atlas.engines.process import ProcessEngine, launch_name
+from atlas.engines.mock.server import MockOptions
+from atlas.engines.process import launch_name
 from atlas.engines.procs import free_port  # noqa: F401  (tests take it from here)
-from atlas.testing.mock_server import MockOptions
+from atlas.engines.vllm.engine import VllmApi
 
 
 def mock_argv(opts: MockOptions, port: int) -> list[str]:
-    argv = [sys.executable, "-m", "atlas.testing.mock_server", "--port", str(port)]
+    argv = [sys.executable, "-m", "atlas.engines.mock.server", "--port", str(port)]
     defaults = MockOptions()
     for f in fields(MockOptions):
         v = asdict(opts)[f.name]
@@ -23,12 +25,13 @@ def mock_argv(opts: MockOptions, port: int) -> list[str]:
     return argv
 
 
-class MockEngine(ProcessEngine):
+class MockEngine(VllmApi):
     """The mock server as an engine Atlas starts: a port Atlas chooses (unless `port` pins one) and, like
     the real engines, a per-launch model name unless `opts.model` names one."""
 
     name = "mock"
     served_tokens_metric = "vllm:generation_tokens_total"
+    scraped = ("vllm:num_requests_running", "vllm:num_preemptions_total", "vllm:generation_tokens_total")
 
     def __init__(self, opts: MockOptions, log_path: Path, port: int | None = None, startup_timeout_s: float = 30):
         opts = replace(opts, model=launch_name(opts.model))

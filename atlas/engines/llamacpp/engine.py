@@ -9,12 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from atlas.config import ServerKnobs
 from atlas.engines.base import EngineError
-from atlas.engines.gguf import llama_cpp_version, perplexity
+from atlas.engines.llamacpp.gguf import GgufError, llama_cpp_version, perplexity
+from atlas.engines.llamacpp.knobs import LlamaCppKnobs, cache_type
 from atlas.engines.process import ProcessEngine
-from atlas.engines.vllm import parse_prometheus
-from atlas.knobs import KVCacheDtype
 
 SERVER_ENV = "ATLAS_LLAMA_SERVER"
 
@@ -32,11 +30,7 @@ def server_binary() -> Path:
     return path
 
 
-def cache_type(kv: KVCacheDtype) -> str:
-    return "f16" if kv in (KVCacheDtype.AUTO, KVCacheDtype.F16) else kv.value
-
-
-def build_argv(server: ServerKnobs, gguf: str, *, binary: str, served_name: str, host: str, port: int,
+def build_argv(server: LlamaCppKnobs, gguf: str, *, binary: str, served_name: str, host: str, port: int,
                max_model_len: int, threads: int | None = None, extra: list[str] | None = None) -> list[str]:
     """The llama-server command line for one server config (list form: never through a shell)."""
     slots = server.max_num_seqs
@@ -84,7 +78,9 @@ class LlamaCppEngine(ProcessEngine):
 
     served_tokens_metric = "llamacpp:tokens_predicted_total"
 
-    def __init__(self, server: ServerKnobs, gguf: str, *, served_name: str, host: str, port: int | None,
+    scraped = SCRAPED
+
+    def __init__(self, server: LlamaCppKnobs, gguf: str, *, served_name: str, host: str, port: int | None,
                  max_model_len: int, log_path: Path, startup_timeout_s: float = 300.0,
                  env: dict[str, str] | None = None, extra_args: list[str] | None = None,
                  gguf_provenance: dict | None = None):  # type: ignore[type-arg]
@@ -99,10 +95,6 @@ class LlamaCppEngine(ProcessEngine):
         self.server, self.gguf, self.binary = server, gguf, binary
         self.gguf_provenance = gguf_provenance or {}
 
-    def scrape_metrics(self) -> dict[str, float]:
-        text = self._get("/metrics")
-        return parse_prometheus(text, SCRAPED) if text else {}
-
     def count_tokens(self, prompt: str) -> int | None:
         """llama-server's /tokenize, with the special tokens a completion request adds (BOS)."""
         answer = self._post_json("/tokenize", {"content": prompt, "add_special": True})
@@ -110,8 +102,13 @@ class LlamaCppEngine(ProcessEngine):
         return len(tokens) if isinstance(tokens, list) else None
 
     def perplexity(self, text: str) -> tuple[float, int]:
+        from atlas.quality import QualityError
+
         kv = cache_type(self.server.kv_cache_dtype)
-        return perplexity(Path(self.gguf), text, kv, kv)
+        try:
+            return perplexity(Path(self.gguf), text, kv, kv)
+        except GgufError as e:
+            raise QualityError(f"perplexity: {e}") from None
 
     def provenance(self) -> dict:  # type: ignore[type-arg]
         return {**super().provenance(),

