@@ -16,9 +16,14 @@ from atlas.report.figures import pair_scatter, scatter3d, speedup_bars
 from atlas.results import RunResult
 from atlas.table import KNOB_COLUMNS, METRICS, metric_label, results_frame
 
-TABLE_COLUMNS = ["status", "gpu", "engine", *KNOB_COLUMNS, "load",
-                 "usd_per_m_output", "output_tok_s", "ttft_p50_ms", "tpot_p50_ms", "e2e_p50_ms", "e2e_p99_ms",
-                 "accuracy", "perplexity", "agreement", "on_frontier", "source", "extrapolated", "reason"]
+METRIC_COLUMNS = ["usd_per_m_output", "output_tok_s", "ttft_p50_ms", "tpot_p50_ms", "e2e_p50_ms", "e2e_p99_ms",
+                  "accuracy", "perplexity", "agreement", "on_frontier", "source", "extrapolated", "reason"]
+
+
+def table_columns(fr: pd.DataFrame) -> list[str]:
+    """The table's columns: the knobs of the engines in these results (from their knob models), then metrics."""
+    knobs = [k for k in KNOB_COLUMNS if k in fr and fr[k].notna().any()] if len(fr) else []
+    return ["status", "gpu", "engine", *knobs, "load", *METRIC_COLUMNS]
 
 
 def safe_json(obj: object) -> str:
@@ -107,7 +112,7 @@ def build_site(results: list[RunResult], out_dir: Path | str, *, title: str,
     by_id = {r.run_id: r for r in results}
     gpus = sorted(fr["gpu"].unique()) if len(fr) else []
     common = {"title": title, "version": __version__, "objectives": objectives, "constraints": constraints or [],
-              "columns": TABLE_COLUMNS, "gpus": gpus}
+              "columns": table_columns(fr), "gpus": gpus}
 
     def page(df: pd.DataFrame, name: str, heading: str, prefix: str = "") -> None:
         figs = []

@@ -232,3 +232,33 @@ def test_a_later_run_stops_a_stale_engine_from_its_pid_file(tmp_path):
     stopped = stop_stale_launches(tmp_path)
     stale.wait(5)
     assert stopped and str(stale.pid) in stopped[0] and not (tmp_path / "x.pid").exists()
+
+
+MOCK_SPEC = """name: two-at-once
+engine: mock
+gpu: cpu
+model: {id: mock-model, source: embedded}
+grid: {quantization: [none, int4], ttft_ms: [60], itl_ms: [5], max_num_seqs: [4]}
+load: {concurrency: [2], num_requests: 8, warmup_requests: 1, output_tokens: 8, prompt_tokens: 32,
+       min_requests: 4, min_duration_s: 0.05, repeats: 1}
+quality: {sets: [arith], max_items_per_set: 10, max_tokens: 16, perplexity: false}
+"""
+
+
+def test_two_atlas_sweep_commands_at_once_beside_a_decoy_both_measure_their_own_engines(tmp_path, decoy):
+    """The real CLI, twice at once on one host (engine: mock needs no model), with a decoy on port 8011."""
+    decoy(8011 if procs.bind_error("127.0.0.1", 8011) is None else None)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(MOCK_SPEC)
+    runs = [subprocess.Popen([sys.executable, "-m", "atlas.cli", "sweep", str(spec), "--results", str(tmp_path / n)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for n in ("a", "b")]
+    outs = [p.communicate(timeout=300)[0] for p in runs]
+    assert [p.returncode for p in runs] == [0, 0], outs
+    from atlas.results import load_results
+
+    for n in ("a", "b"):
+        results, errors = load_results(tmp_path / n)
+        assert len(results) == 2 and not errors
+        for r in results:
+            assert r.status == "ok" and r.metrics.ttft_ms.p50.value >= 0.8 * ENGINE_TTFT_MS, (r.label, r.reasons)
+            assert r.provenance.engine["port_chosen_by"] == "atlas" and r.provenance.engine["port"] != 8011
