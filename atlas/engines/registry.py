@@ -15,6 +15,7 @@ ADAPTER_MODULES = (
     "atlas.engines.vllm",
     "atlas.engines.llamacpp",
     "atlas.engines.mock",
+    "atlas.engines.sglang",
 )
 
 DEFAULT_ENGINE = "vllm"  # the engine of a spec (and of its grids) that names none
