@@ -4,41 +4,33 @@ load runs, whether the engine's own counters say it served the point, and the su
 from __future__ import annotations
 
 import threading
-from typing import Any
 
+from atlas.engines.base import Engine
 from atlas.loadgen import LoadRun
 from atlas.metrics import LoadSummary, pooled_run, summarize_load
 
 
 class MetricsSampler(threading.Thread):
-    """Polls the engine's /metrics while load runs: peak running/waiting/KV usage, preemptions."""
+    """Polls the engine's /metrics while load runs for the peaks of its gauges (running/waiting requests,
+    KV-cache usage); what its counters added comes from the scrapes just before and after (counter_deltas)."""
 
-    def __init__(self, engine: Any, every_s: float = 0.5):
+    def __init__(self, engine: Engine, every_s: float = 0.5):
         super().__init__(daemon=True)
         self.engine, self.every_s = engine, every_s
         self.stop_flag = threading.Event()
-        self.first: dict[str, float] = {}
         self.peak: dict[str, float] = {}
-        self.last: dict[str, float] = {}
 
     def run(self) -> None:
         while not self.stop_flag.is_set():
-            m = self.engine.scrape_metrics() if hasattr(self.engine, "scrape_metrics") else {}
-            if m:
-                self.first = self.first or m
-                self.last = m
-                for k, v in m.items():
+            for k, v in self.engine.scrape_metrics().items():
+                if not k.endswith("_total"):
                     self.peak[k] = max(self.peak.get(k, v), v)
             self.stop_flag.wait(self.every_s)
 
     def result(self) -> dict[str, float]:
         self.stop_flag.set()
         self.join(timeout=5)
-        out = {f"peak_{k.split(':', 1)[1]}": v for k, v in self.peak.items() if not k.endswith("_total")}
-        for k in self.last:  # counters: what this point added
-            if k.endswith("_total"):
-                out[k.split(":", 1)[1].removesuffix("_total")] = self.last[k] - self.first.get(k, 0.0)
-        return out
+        return {f"peak_{k.split(':', 1)[-1]}": v for k, v in self.peak.items()}
 
 
 def counter_deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:

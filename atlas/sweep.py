@@ -338,7 +338,7 @@ class Sweeper:
         finally:
             server_metrics = sampler.result()
         after = engine.scrape_metrics()
-        server_metrics.update(counter_deltas(before, after))  # exact: the sampler's first and last polls are not
+        server_metrics.update(counter_deltas(before, after))
         identity = engine.verify()
         per_repeat = [summarize_load(r) for r in runs]
         metrics = pooled_summary(runs, per_repeat)
