@@ -138,10 +138,9 @@ class ProcessEngine:
                 tail = self.log_tail(60)
                 raise EngineError(f"not ready within {self.startup_timeout_s:g} s (hung start-up)", tail, kind="timeout")
             owners = procs.listener_pids(self.port)
-            if owners and not owners & procs.launch_pids(self.token):
+            if owners and (why := self._foreign(owners)):
                 # another program answers on the port this engine was to serve: never measure it
-                raise EngineError(f"port {self.port} is served by {procs.describe(owners)}, not by the "
-                                  f"{self.name} Atlas started", self.log_tail(60), kind="port")
+                raise EngineError(why, self.log_tail(60), kind="port")
             if owners and self._probe():
                 if why := self.verify():
                     raise EngineError(why, self.log_tail(60), kind="port")
@@ -170,8 +169,8 @@ class ProcessEngine:
             return "cannot verify who serves the port: /proc is not available (Atlas verifies engines on Linux)"
         if not owners:
             return f"nothing listens on port {self.port}"
-        if not owners & procs.launch_pids(self.token):
-            return f"port {self.port} is served by {procs.describe(owners)}, not by the {self.name} Atlas started"
+        if why := self._foreign(owners):
+            return why
         body = self._get("/v1/models")
         try:
             ids = [m.get("id") for m in json.loads(body or "")["data"]]
@@ -180,6 +179,12 @@ class ProcessEngine:
         if self.served_model not in ids:
             return f"the server on port {self.port} serves {ids}, not this launch's {self.served_model!r}"
         return None
+
+    def _foreign(self, owners: set[int]) -> str | None:
+        """Why the listeners on the port are not this launch's processes (None: one of them is)."""
+        if owners & procs.launch_pids(self.token):
+            return None
+        return f"port {self.port} is served by {procs.describe(owners)}, not by the {self.name} Atlas started"
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
