@@ -155,6 +155,39 @@ def accounting_error_ms(r: RequestRecord) -> float:
     return abs(tt + sum(itl_ms(r)) - ee)
 
 
+def steady_window(run: LoadRun) -> tuple[float, float] | None:
+    """The steady window (s on the run's clock): from the first measured send to the drain (closed loop: when
+    the first stream ran out of work) or to the last measured token (open loop); None without a successful
+    measured request. Throughput, goodput and energy count what falls inside it, whichever request carried it."""
+    counted = [r for r in run.records if r.phase == "measure"]
+    ends = [r.end_s for r in counted if r.status == "ok" and r.end_s is not None]
+    if not ends:
+        return None
+    start = min(r.scheduled_s for r in counted)
+    end = run.drain_s if run.drain_s is not None and run.drain_s > start else max(ends)
+    return start, end
+
+
+def tokens_in_window(r: RequestRecord, start: float, end: float) -> int:
+    return sum(n for t, n in zip(r.token_times_s, r.chunk_tokens, strict=False) if start <= t <= end)
+
+
+def open_loop_rates(counted: list[RequestRecord], ok: list[RequestRecord]) -> tuple[float, float] | None:
+    """(scheduled, completed) request rates of an open-loop run's measured requests: arrivals over the span of
+    their scheduled sends, completions over the span of their ends. A server that keeps up completes them over
+    about the span they were scheduled in; one that cannot stretches it. Both are the run's own realized rates,
+    so a short Poisson schedule that happened to bring fewer arrivals than its nominal rate, or the last
+    request's latency, is not mistaken for saturation. None with fewer than 3 requests."""
+    sched = sorted(r.scheduled_s for r in counted)
+    ends = sorted(r.end_s for r in ok if r.end_s is not None)
+    if len(sched) < 3 or len(ends) < 3 or sched[-1] <= sched[0]:
+        return None
+    scheduled = (len(sched) - 1) / (sched[-1] - sched[0])
+    completed = (len(ends) - 1) / max(ends[-1] - ends[0], 1e-9) if len(ends) == len(sched) else \
+        (len(ends) - 1) / max(ends[-1] - sched[0], 1e-9)  # requests failed: count only what completed
+    return scheduled, completed
+
+
 def summarize_load(run: LoadRun, intervals: bool = True) -> LoadSummary:
     """The summary of one load run; `intervals=False` skips the percentile intervals (the simulator's fit
     calls this thousands of times and needs only the point values)."""
@@ -166,12 +199,7 @@ def summarize_load(run: LoadRun, intervals: bool = True) -> LoadSummary:
     reasons: list[str] = []
     warnings: list[str] = []
     if ok:
-        # The steady window: from the first measured send to the drain (closed loop: when the first
-        # stream ran out of work) or to the last measured token (open loop). Throughput counts every
-        # token whose arrival falls inside it, whichever request carried it.
-        start = min(r.scheduled_s for r in counted)
-        last = max(r.end_s for r in ok if r.end_s is not None)
-        end = run.drain_s if run.drain_s is not None and run.drain_s > start else last
+        start, end = steady_window(run)  # type: ignore[misc]
         if run.drain_s is not None and run.drain_s <= start:
             warnings.append("no steady state: the first stream ran out of work before the measured window began")
         duration = max(end - start, 1e-9)
@@ -180,7 +208,7 @@ def summarize_load(run: LoadRun, intervals: bool = True) -> LoadSummary:
         # the last wave of equal-length requests (2.10 req/s where `vllm bench serve` measured 3.07).
         out_tokens, req_share, in_share, prompt_unknown = 0, 0.0, 0.0, False
         for r in run.records:
-            inside = sum(n for t, n in zip(r.token_times_s, r.chunk_tokens, strict=False) if start <= t <= end)
+            inside = tokens_in_window(r, start, end)
             out_tokens += inside
             if r.status == "ok" and r.output_tokens and inside:
                 share = inside / r.output_tokens
@@ -196,7 +224,7 @@ def summarize_load(run: LoadRun, intervals: bool = True) -> LoadSummary:
         duration, output_tok_s, input_tok_s, requests_s, mean_out = 0.0, None, None, None, None
     prompts = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
     mean_prompt = sum(prompts) / len(prompts) if prompts else None
-    achieved = requests_s if pt.mode != LoadMode.CLOSED else None
+    achieved = open_loop_rates(counted, ok) if pt.mode != LoadMode.CLOSED else None
 
     if duration < pt.min_duration_s:
         reasons.append(f"too short: measured window {duration:.2f} s < {pt.min_duration_s:g} s")
@@ -205,8 +233,9 @@ def summarize_load(run: LoadRun, intervals: bool = True) -> LoadSummary:
     if error_rate > pt.max_error_rate:
         shown = ", ".join(f"{k}={v}" for k, v in sorted(errors.items()))
         reasons.append(f"error rate {error_rate:.1%} > {pt.max_error_rate:.0%} ({shown})")
-    if run.offered_rate_rps and achieved is not None and achieved < 0.95 * run.offered_rate_rps:
-        reasons.append(f"oversaturated: achieved {achieved:.2f} rps < 0.95 x offered {run.offered_rate_rps:g} rps")
+    if run.offered_rate_rps and achieved is not None and achieved[1] < 0.95 * achieved[0]:
+        reasons.append(f"oversaturated: completed at {achieved[1]:.3g} rps < 0.95 x the {achieved[0]:.3g} rps "
+                       f"scheduled (offered {run.offered_rate_rps:g} rps)")
 
     mismatched = [r for r in ok if r.usage_output_tokens is not None and r.usage_output_tokens != r.output_tokens]
     if mismatched:
@@ -231,7 +260,7 @@ def summarize_load(run: LoadRun, intervals: bool = True) -> LoadSummary:
         itl_ms=summarize((v for r in ok for v in itl_ms(r)), intervals), e2e_ms=summarize(vals(e2e_ms), intervals),
         queue_ms=summarize(((r.sent_s - r.scheduled_s) * 1e3 for r in counted if r.sent_s is not None), intervals),
         output_tok_s=output_tok_s, input_tok_s=input_tok_s, requests_s=requests_s, offered_rate_rps=run.offered_rate_rps,
-        achieved_rate_rps=achieved, mean_output_tokens=mean_out, mean_prompt_tokens=mean_prompt,
+        achieved_rate_rps=achieved[1] if achieved else None, mean_output_tokens=mean_out, mean_prompt_tokens=mean_prompt,
         valid=not reasons, invalid_reasons=reasons, warnings=warnings,
     )
 
