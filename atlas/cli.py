@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 from pydantic import BaseModel
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -135,8 +136,11 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
                 bar.update(task, total=e.total, completed=e.done, current=e.message[:70])
                 if e.kind == "point" and e.status not in ("ok", None):
                     bar.console.print(f"  [yellow]{e.status}[/] {e.message}", highlight=False)
-                elif e.kind in ("server", "quality"):
-                    bar.console.print(f"  {e.message}", highlight=False)
+                elif e.kind in ("server", "quality", "capacity_step"):
+                    bar.console.print(f"  {e.message}", highlight=False, markup=False)
+                elif e.kind == "capacity":
+                    style = "green" if e.status == "ok" else "yellow"
+                    bar.console.print(f"  [{style}]{e.status}[/] {escape(e.message)}", highlight=False)
 
             report = Sweeper(s, g, results, resume=resume, progress=on_event, price_provider=prices,
                              caps=installed_caps(s)).run()
@@ -147,6 +151,10 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
         raise typer.Exit(130) from None
     counts = ", ".join(f"{k} {v}" for k, v in sorted(report.counts().items()))
     console.print(f"{len(report.results)} points in {report.wall_s:.0f} s ({counts}) -> {report.results_dir}")
+    if report.capacities:
+        found = sum(c.capacity_rps is not None for c in report.capacities)
+        console.print(f"capacity under the SLO found for {found} of {len(report.capacities)} server configs "
+                      f"(records in {report.results_dir / 'capacity'})")
     if not any(r.status in DONE_STATUSES for r in report.results):
         err.print("error: nothing was measured (every point failed or was skipped; see the reasons above and "
                   f"in {report.results_dir})", highlight=False)
@@ -197,56 +205,74 @@ def collect(storage: str = typer.Option(..., help="database URL of the study"),
     console.print(f"{n} measured results of study {study} -> {folder}")
 
 
-def _site(results_dir: Path, out: Path, objectives: list[str], slo: list[str], show: bool) -> None:
+def _site(results_dir: Path, out: Path, objectives: list[str], slo: list[str], show: bool, per_load: bool,
+          traffic_rps: float | None) -> None:
     from atlas.frontier import compute_frontier
-    from atlas.report.site import DEFAULT_OBJECTIVES, build_site
-    from atlas.results import load_results
-    from atlas.table import results_frame
+    from atlas.report.inputs import sweep_inputs
+    from atlas.report.site import build_site
+    from atlas.table import capacity_frame, results_frame
 
     try:
-        objs = [parse_objective(o) for o in objectives] if objectives else DEFAULT_OBJECTIVES
+        objs = [parse_objective(o) for o in objectives] if objectives else None
         cons = [parse_constraint(c) for c in slo]
-        results, errors = load_results(results_dir)
+        sweeps, errors = sweep_inputs(results_dir, objs, traffic_rps)
     except USER_ERRORS as e:
         _fail(e)
     _warn(errors)
-    if not results:
-        _fail(ResultError(f"{results_dir}: no readable result files"))
-    by_sweep: dict[str, list[RunResult]] = {}
-    for r in results:
-        by_sweep.setdefault(r.sweep, []).append(r)
-    for name, rs in sorted(by_sweep.items()):
-        index = build_site(rs, out / name, title=f"Atlas — {name}", objectives=objs, constraints=cons,
-                           load_errors=errors)
+    for sw in sweeps:
+        at_capacity = bool(sw.capacities) and not per_load
+        index = build_site(sw.results, out / sw.name, title=f"Atlas — {sw.name}", objectives=sw.objectives,
+                           constraints=cons, load_errors=errors, capacities=sw.capacities, slo=sw.slo,
+                           traffic_rps=sw.traffic_rps, per_load=per_load)
         if show:
-            fr = compute_frontier(results_frame(rs), objs, cons)
-            t = Table(title=f"{name}: Pareto frontier ({int(fr['on_frontier'].sum())} of {len(fr)} points)")
-            for c in ["label", *[o.metric for o in objs]]:
+            frame = (capacity_frame(sw.capacities, sw.results, sw.traffic_rps) if at_capacity
+                     else results_frame(sw.results))
+            fr = compute_frontier(frame, sw.objectives, cons)
+            what = (f"configurations at capacity under {sw.slo.describe()}" if at_capacity and sw.slo
+                    else "points (per load level)")
+            t = Table(title=f"{sw.name}: Pareto frontier ({int(fr['on_frontier'].sum())} of {len(fr)} {what})")
+            extra = ["capacity_rps", *(["replicas", "usd_per_hour_total"] if sw.traffic_rps else [])] if at_capacity else []
+            for c in ["label", *extra, *[o.metric for o in sw.objectives]]:
                 t.add_column(c)
             for _, row in fr[fr["on_frontier"]].iterrows():
-                t.add_row(str(row["label"]), *[f"{row[o.metric]:.4g}" for o in objs])
+                t.add_row(str(row["label"]), *[_cell(row[c]) for c in [*extra, *[o.metric for o in sw.objectives]]])
             console.print(t)
             excluded = fr[~fr["eligible"]]
             if len(excluded):
-                console.print(f"{len(excluded)} points kept out (failed, skipped, invalid, quality-gated or over the SLO);"
-                              " see the report for each reason.")
+                console.print(f"{len(excluded)} kept out (no capacity under the SLO, failed, skipped, invalid, "
+                              f"quality-gated or over a constraint); see the report for each reason.")
+            if not at_capacity and not per_load:
+                console.print("no capacity records: frontier over load points (give the spec an `slo:` to compare "
+                              "configurations at their capacity)")
         console.print(f"report: {index}")
+
+
+def _cell(v: object) -> str:
+    return "—" if v is None or (isinstance(v, float) and v != v) else (f"{v:.4g}" if isinstance(v, float) else str(v))
 
 
 @app.command()
 def frontier(results_dir: Path = typer.Argument(Path("results")),
              out: Path = typer.Option(Path("reports"), help="report root; one site per sweep"),
-             objective: list[str] = typer.Option([], help="METRIC:min|max, repeatable; default cost, p90 E2E, accuracy"),
-             slo: list[str] = typer.Option([], help="METRIC<=V or METRIC>=V, repeatable, e.g. ttft_p99_ms<=500")) -> None:
-    """Compute the Pareto frontier of measured results and write the HTML report."""
-    _site(results_dir, out, objective, slo, show=True)
+             objective: list[str] = typer.Option([], help="METRIC:min|max, repeatable; default cost, p90 E2E and the "
+                                                          "sweep's quality objective"),
+             slo: list[str] = typer.Option([], help="METRIC<=V or METRIC>=V, repeatable, e.g. ttft_p99_ms<=500: "
+                                                    "a constraint on the rows (the capacity SLO is the sweep's)"),
+             per_load: bool = typer.Option(False, "--per-load", help="frontier over load points instead of "
+                                                                     "configurations at SLO capacity"),
+             traffic_rps: float = typer.Option(None, min=0.0, help="your traffic (req/s): GPUs and $/h per config")) -> None:
+    """Compute the Pareto frontier (configurations at their capacity under the sweep's SLO, or with --per-load
+    every load point) and write the HTML report."""
+    _site(results_dir, out, objective, slo, show=True, per_load=per_load, traffic_rps=traffic_rps)
 
 
 @app.command()
 def report(results_dir: Path = typer.Argument(Path("results")), out: Path = typer.Option(Path("reports")),
-           objective: list[str] = typer.Option([]), slo: list[str] = typer.Option([])) -> None:
+           objective: list[str] = typer.Option([]), slo: list[str] = typer.Option([]),
+           per_load: bool = typer.Option(False, "--per-load"),
+           traffic_rps: float = typer.Option(None, min=0.0)) -> None:
     """Write the static HTML report site only."""
-    _site(results_dir, out, objective, slo, show=False)
+    _site(results_dir, out, objective, slo, show=False, per_load=per_load, traffic_rps=traffic_rps)
 
 
 @app.command("fit")

@@ -12,6 +12,7 @@ from atlas.engines.knobs_base import drop_flat_defaults
 from atlas.engines.registry import ADAPTERS, DEFAULT_ENGINE, AnyGrid, engine_kinds
 from atlas.knobs import MAX_REQUESTS, MAX_SECONDS, MAX_STREAMS, MAX_TOKENS, LoadMode
 from atlas.models import Frozen, LateFields
+from atlas.slo import SloSpec
 
 
 class SpecError(ValueError):
@@ -80,6 +81,10 @@ class LoadSpec(LoadShape):
     rate_rps: list[Annotated[float, Field(gt=0.0, le=1e6, allow_inf_nan=False)]] = Field(
         [], description="open loop levels (requests per second)")
 
+    max_extension: float = Field(4.0, ge=1.0, le=100.0, description=(
+        "a point whose measured window or request count falls short of min_duration_s / min_requests is measured "
+        "again with more requests, up to this many times num_requests (recorded in the result)"))
+
     @model_validator(mode="after")
     def _levels(self) -> LoadSpec:
         if self.mode == LoadMode.CLOSED:
@@ -90,7 +95,7 @@ class LoadSpec(LoadShape):
         return self
 
     def shape(self) -> LoadShape:
-        return LoadShape(**self.model_dump(exclude={"concurrency", "rate_rps"}))
+        return LoadShape(**self.model_dump(exclude={"concurrency", "rate_rps", "max_extension"}))
 
 
 class LoadPoint(LoadShape):
@@ -112,8 +117,42 @@ class GateSpec(Frozen):
     max_degenerate_fraction: float = Field(0.5, ge=0.0, le=1.0)
 
 
+class CapacitySpec(Frozen):
+    """The search for each server config's capacity under the spec's SLO: the highest open-loop arrival rate at
+    which the SLO holds and the point is valid (docs/capacity.md)."""
+
+    enabled: bool | None = Field(None, description="default: on when the spec has an slo")
+    precision: float = Field(0.10, gt=0.0, lt=1.0, description=(
+        "stop when the highest passing rate is within this fraction of the lowest failing one"))
+    max_measurements: int = Field(8, ge=1, le=50, description="rates measured per server config at most")
+    start_rps: float | None = Field(None, gt=0.0, le=1e6, description=(
+        "first rate tried when neither the simulator nor a closed-loop point of the config gives a guess"))
+    min_rps: float = Field(0.01, gt=0.0, le=1e6, description="below this rate the config meets the SLO at no rate")
+    max_rps: float = Field(1e5, gt=0.0, le=1e6)
+    duration_s: float = Field(20.0, gt=0.0, le=MAX_SECONDS, description="scheduled arrivals per rate (after warm-up)")
+    warmup_s: float = Field(2.0, ge=0.0, le=MAX_SECONDS, description="arrivals in the first S are not measured")
+    min_requests: int = Field(20, ge=1, le=MAX_REQUESTS, description="measured requests per rate at least "
+                                                                      "(more when a p99 target needs 100)")
+    max_requests: int = Field(4000, ge=1, le=MAX_REQUESTS)
+    traffic_rps: float | None = Field(None, gt=0.0, le=1e7, description=(
+        "your traffic: the report sizes each config's replicas (GPUs) and $/h for it (--traffic-rps overrides)"))
+    search_quality_failed: bool = Field(False, description="also search configs whose numerics failed the quality "
+                                                           "gate (they never enter a frontier)")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> CapacitySpec:
+        if self.min_rps >= self.max_rps:
+            raise ValueError(f"capacity: min_rps {self.min_rps:g} must be below max_rps {self.max_rps:g}")
+        if self.min_requests > self.max_requests:
+            raise ValueError(f"capacity: min_requests {self.min_requests} exceeds max_requests {self.max_requests}")
+        return self
+
+
 class QualitySpec(Frozen):
     enabled: bool = True
+    objective: Literal["accuracy", "perplexity", "agreement"] = Field(
+        "accuracy", description="the quality objective of this atlas's frontiers (perplexity or agreement where "
+                                "the task accuracy is at chance, as for a 135M model)")
     sets: list[str] = ["arith", "mc"]
     jsonl: list[str] = Field([], description="extra local eval files in the same shape")
     max_items_per_set: int | None = Field(None, ge=1)
@@ -132,6 +171,9 @@ class SweepSpec(Frozen):
                                                       "knobs are its engine's (`engine:`, default the spec's)")
     load: LoadSpec = LoadSpec()
     quality: QualitySpec = QualitySpec()
+    slo: SloSpec | None = Field(None, description="latency targets; with them each server config's capacity is "
+                                                  "searched and frontiers compare configurations at capacity")
+    capacity: CapacitySpec = CapacitySpec()
     host: str = "127.0.0.1"
     port: int | None = Field(None, ge=1024, le=65535,
                              description="pin the engine's port; by default Atlas picks a free one per launch")
@@ -170,6 +212,16 @@ class SweepSpec(Frozen):
         if need > self.model.max_model_len:
             raise ValueError(f"load: prompt_tokens + output_tokens = {need} exceeds model.max_model_len "
                              f"{self.model.max_model_len}")
+        return self
+
+    def capacity_on(self) -> bool:
+        """Whether the sweep searches each server config's capacity under the SLO."""
+        return self.slo is not None and not self.slo.is_empty() and self.capacity.enabled is not False
+
+    @model_validator(mode="after")
+    def _capacity_needs_slo(self) -> SweepSpec:
+        if self.capacity.enabled and (self.slo is None or self.slo.is_empty()):
+            raise ValueError("capacity.enabled: a capacity search needs an slo with at least one target")
         return self
 
     def grids(self) -> list[tuple[str, Any]]:

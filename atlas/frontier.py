@@ -46,6 +46,15 @@ DEFAULT_OBJECTIVES = [Objective(metric="usd_per_m_output", sense="min"),
                       Objective(metric="accuracy", sense="max")]
 
 
+QUALITY_SENSE: dict[str, Literal["min", "max"]] = {"accuracy": "max", "perplexity": "min", "agreement": "max"}
+
+
+def default_objectives(quality: str = "accuracy") -> list[Objective]:
+    """Cost, p90 E2E and the sweep's quality objective (perplexity or agreement where task accuracy is at
+    chance, as on the 135M CPU model)."""
+    return [*DEFAULT_OBJECTIVES[:2], Objective(metric=quality, sense=QUALITY_SENSE[quality])]
+
+
 def parse_constraint(text: str) -> Constraint:
     """'ttft_p99_ms<=500' or 'accuracy>=0.6'."""
     for op in ("<=", ">="):

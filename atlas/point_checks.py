@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+from atlas.config import LoadPoint
 from atlas.engines.base import Engine
 from atlas.loadgen import LoadRun
 from atlas.metrics import LoadSummary, pooled_run, summarize_load
@@ -72,3 +73,21 @@ def pooled_summary(runs: list[LoadRun], per_repeat: list[LoadSummary]) -> LoadSu
     warnings = sorted({w for s in per_repeat for w in s.warnings})
     return pooled.model_copy(update={**means, "invalid_reasons": reasons, "valid": not reasons,
                                      "warnings": warnings, "duration_s": sum(s.duration_s for s in per_repeat)})
+
+
+SHORT = ("too short", "too few samples")
+
+
+def extension_factor(per_repeat: list[LoadSummary], load: LoadPoint, cap: float) -> float | None:
+    """How many times more requests a point needs when its only fault is a window shorter than
+    min_duration_s or fewer successful requests than min_requests (25% margin, at most `cap`); None when it
+    needs none, or is invalid for another reason (errors, oversaturation: more requests would not help)."""
+    reasons = [r for s in per_repeat for r in s.invalid_reasons]
+    if not reasons or cap <= 1.0 or not all(r.startswith(SHORT) for r in reasons):
+        return None
+    need = 1.0
+    for s in per_repeat:
+        if s.n_ok == 0 or s.duration_s <= 0:
+            return None
+        need = max(need, load.min_duration_s / s.duration_s, load.min_requests / s.n_ok)
+    return min(need * 1.25, cap)

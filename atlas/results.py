@@ -15,12 +15,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from atlas.capacity import CapacityResult
+from atlas.energy import EnergyResult
+from atlas.goodput import Goodput
 from atlas.metrics import LoadSummary, RepeatStat
 from atlas.plan import RunConfig, SkippedRun
 from atlas.quality import QualityResult
 
 SCHEMA_VERSION = 1
 HISTORY = "history"  # earlier measurements of re-measured points: kept, never loaded as current results
+CAPACITY_DIR, CAPACITY_SUFFIX = "capacity", ".capacity.json"  # one capacity record per server config
 Status = Literal["ok", "invalid", "quality_failed", "failed", "skipped"]
 DONE_STATUSES = ("ok", "invalid", "quality_failed")  # measured to the end; --resume keeps them
 
@@ -70,6 +74,13 @@ class SimulationInfo(_M):
     max_concurrency: float | None = None  # of this point's requests that the KV cache holds at once
 
 
+class Extension(_M):
+    """A point whose window or request count fell short was measured again with more requests."""
+    from_requests: int
+    to_requests: int
+    reason: str
+
+
 # Names read from result files become file names: a run id or sweep with a path in it is refused on load.
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$"
 
@@ -94,6 +105,9 @@ class RunResult(_M):
     records_file: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}\.records\.jsonl\.gz$")
     wall_s: float | None = Field(None, description="time spent measuring this point")
     simulation: SimulationInfo | None = None  # source=simulated only
+    goodput: Goodput | None = None  # against the sweep's SLO, when it has one
+    energy: EnergyResult | None = None  # GPUs' energy over the steady window (null with the reason elsewhere)
+    extended: Extension | None = None  # the point was measured again with more requests (too short at first)
 
 
 def skipped_result(item: SkippedRun, sweep: str) -> RunResult:
@@ -127,7 +141,8 @@ def _atomic_write_bytes(path: Path, payload: bytes) -> None:
 # Quantities that cannot be negative: latencies, throughputs, windows, prices (queue time can, by clock jitter).
 _NON_NEGATIVE = {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "output_tok_s", "input_tok_s", "requests_s",
                  "duration_s", "offered_rate_rps", "achieved_rate_rps", "mean_output_tokens", "mean_prompt_tokens",
-                 "usd_per_hour", "usd_per_m_output_tokens", "usd_per_m_total_tokens", "wall_s", "error_rate"}
+                 "usd_per_hour", "usd_per_m_output_tokens", "usd_per_m_total_tokens", "wall_s", "error_rate",
+                 "capacity_rps", "upper_rps", "rate_rps", "latency_ms", "joules", "j_per_output_token", "goodput"}
 
 
 def implausible(data: object, path: tuple[str, ...] = ()) -> str | None:
@@ -164,7 +179,7 @@ def load_result_file(path: Path) -> RunResult:
     except ValidationError as e:
         first = e.errors()[0]
         raise ResultError(f"{path}: invalid result: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
-    if why := implausible({k: data.get(k) for k in ("metrics", "repeats", "cost", "wall_s")}):
+    if why := implausible({k: data.get(k) for k in ("metrics", "repeats", "cost", "wall_s", "goodput", "energy")}):
         raise ResultError(f"{path}: invalid result: {why}")
     return result
 
@@ -212,6 +227,37 @@ class ResultStore:
             os.replace(self.dir / earlier.records_file, hist / f"{earlier.run_id}.{stamp}.records.jsonl.gz")
         os.replace(self.path(earlier.run_id), hist / f"{earlier.run_id}.{stamp}.json")
 
+    def capacity_path(self, server_key: str) -> Path:
+        return self.dir / CAPACITY_DIR / f"{server_key}{CAPACITY_SUFFIX}"
+
+    def write_capacity(self, record: CapacityResult) -> CapacityResult:
+        """Write a server config's capacity record atomically; a search that failed or was not run keeps an
+        earlier found capacity (returned), and a new finding moves the earlier record into history/."""
+        path = self.capacity_path(record.server_key)
+        earlier = self.get_capacity(record.server_key)
+        if earlier is not None and earlier.status in ("ok", "no_capacity") and record.status in ("failed",
+                                                                                                  "not_searched"):
+            return earlier
+        try:
+            if earlier is not None:
+                hist = self.dir / HISTORY
+                hist.mkdir(parents=True, exist_ok=True)
+                os.replace(path, hist / f"{record.server_key}.{time.strftime('%Y%m%dT%H%M%S')}"
+                                        f"-{time.time_ns() % 1_000_000:06d}{CAPACITY_SUFFIX}")
+            _atomic_write_bytes(path, record.model_dump_json(indent=1).encode())
+        except OSError as e:
+            raise ResultError(f"{path}: cannot write the capacity record: {e.strerror or e}") from None
+        return record
+
+    def get_capacity(self, server_key: str) -> CapacityResult | None:
+        p = self.capacity_path(server_key)
+        if not p.exists():
+            return None
+        try:
+            return load_capacity_file(p)
+        except ResultError:
+            return None
+
     def check_writable(self) -> None:
         """Raises a one-line ResultError when results cannot be written here (a file in the way, a
         read-only folder), before any engine starts."""
@@ -253,7 +299,7 @@ def load_results(root: Path | str) -> tuple[list[RunResult], list[str]]:
     errors: list[str] = []
     groups: dict[tuple[str, str, str], list[tuple[Path, RunResult]]] = {}
     for p in sorted(root.rglob("*.json")):
-        if p.name.startswith(".") or HISTORY in p.relative_to(root).parts:
+        if p.name.startswith(".") or p.name.endswith(CAPACITY_SUFFIX) or HISTORY in p.relative_to(root).parts:
             continue
         try:
             r = load_result_file(p)
@@ -269,3 +315,37 @@ def load_results(root: Path | str) -> tuple[list[RunResult], list[str]]:
         errors += [f"{p}: a copy of {found[0][0]} (same sweep and run id {run_id}): counted once"
                    for p, _ in found[1:]]
     return results, errors
+
+
+def load_capacity_file(path: Path) -> CapacityResult:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise ResultError(f"{path}: cannot read: {e.strerror}") from None
+    except (ValueError, RecursionError) as e:
+        raise ResultError(f"{path}: corrupted capacity record (not JSON: {str(e)[:100]})") from None
+    if not isinstance(data, dict):
+        raise ResultError(f"{path}: corrupted capacity record (not a JSON object)")
+    try:
+        record = CapacityResult.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise ResultError(f"{path}: invalid capacity record: {'.'.join(map(str, first['loc']))}: "
+                          f"{first['msg']}") from None
+    if why := implausible(data):
+        raise ResultError(f"{path}: invalid capacity record: {why}")
+    return record
+
+
+def load_capacities(root: Path | str) -> tuple[list[CapacityResult], list[str]]:
+    """Every capacity record under root (outside history/); unreadable ones become errors."""
+    root = Path(root)
+    out, errors = [], []
+    for p in sorted(root.rglob(f"*{CAPACITY_SUFFIX}")):
+        if p.name.startswith(".") or HISTORY in p.relative_to(root).parts:
+            continue
+        try:
+            out.append(load_capacity_file(p))
+        except ResultError as e:
+            errors.append(str(e))
+    return out, errors

@@ -11,8 +11,9 @@ from typing import Any
 
 import yaml
 
+from atlas.capacity import CapacityResult
+from atlas.capacity_run import Guess, not_searched, quality_blocks, search_capacity
 from atlas.config import SweepSpec
-from atlas.cost import cost_of
 from atlas.engines.adapter import Caps, ModelUnavailable
 from atlas.engines.base import Engine, EngineError, reason_from_log
 from atlas.engines.process import stop_stale_launches
@@ -20,13 +21,10 @@ from atlas.engines.registry import ServerKnobs, adapter
 from atlas.evaluate import generate
 from atlas.hardware import GpuSpec, check_gpu_present
 from atlas.lm_eval_adapter import is_lm_eval, run_task
-from atlas.loadgen import LoadRun, requests_of, run_load, run_sync
-from atlas.metrics import repeat_stat, summarize_load
+from atlas.measure import PointMeasurer
 from atlas.numerics import NumericsKey, baselines
 from atlas.plan import PlannedRun, RunConfig, SkippedRun, expand
-from atlas.point_checks import REPEAT_METRICS, MetricsSampler, counter_deltas, pooled_summary, served_check
 from atlas.preflight import preflight
-from atlas.prompt_fit import exact_prompts
 from atlas.provenance import base_provenance, git_sha, now_iso
 from atlas.quality import (
     QualityError,
@@ -45,7 +43,7 @@ from atlas.serving import ModelResolver, default_engine
 
 @dataclass
 class SweepEvent:
-    kind: str  # planned | server | point | quality | note
+    kind: str  # planned | server | point | quality | note | capacity_step | capacity
     done: int
     total: int
     message: str
@@ -56,6 +54,7 @@ class SweepEvent:
 class SweepReport:
     results_dir: Path
     results: list[RunResult] = field(default_factory=list)
+    capacities: list[CapacityResult] = field(default_factory=list)
     wall_s: float = 0.0
 
     def counts(self) -> dict[str, int]:
@@ -100,8 +99,9 @@ class Sweeper:
     def __init__(self, spec: SweepSpec, gpu: GpuSpec, results_root: Path | str, *, resume: bool = False,
                  progress: Callable[[SweepEvent], None] | None = None, price_provider: str | None = None,
                  engine_factory: EngineFactory | None = None, check_hardware: bool = True,
-                 caps: dict[str, Caps] | None = None):
-        """`caps`: per engine, what the installed engine accepts (plan.expand skips what it cannot run)."""
+                 caps: dict[str, Caps] | None = None, capacity_guess: Callable[[RunConfig], Guess | None] | None = None):
+        """`caps`: per engine, what the installed engine accepts (plan.expand skips what it cannot run);
+        `capacity_guess`: a first guess of a server config's capacity (the calibrated simulator)."""
         self.spec, self.gpu, self.caps = spec, gpu, caps
         self.store = ResultStore(results_root, spec.name)
         self.resume = resume
@@ -119,6 +119,9 @@ class Sweeper:
         self.models = ModelResolver(spec, lambda message: self._emit("note", message))
         self._prompt_cache: dict[tuple[str, int, int, int], Any] = {}
         self._sha = git_sha()
+        self.capacity_guess = capacity_guess
+        self.capacities: list[CapacityResult] = []
+        self.points = PointMeasurer(spec, gpu, self.provider, lambda message: self._emit("note", message))
 
     # ---------------------------------------------------------------------------------------------------
     def prepare(self) -> list[PlannedRun | SkippedRun]:
@@ -150,8 +153,11 @@ class Sweeper:
                 report.results.append(self.write_skipped(item))
             else:
                 groups.setdefault(item.config.server_key(), []).append(item)
+        if self.spec.capacity_on():
+            self.total += len(groups) * self.spec.capacity.max_measurements  # at most; unused ones counted done
         for group in order_groups(groups):
             report.results += self._run_group(group)
+        report.capacities = self.capacities
         report.wall_s = time.monotonic() - t0
         return report
 
@@ -194,32 +200,80 @@ class Sweeper:
         self.progress(SweepEvent(kind=kind, done=self.done, total=self.total, message=message, status=status))
 
     def _write(self, result: RunResult, records: list[dict] | None = None) -> RunResult:  # type: ignore[type-arg]
-        result = self.store.write(result, records)
+        stored = self.store.write(result, records)
         self.done += 1
-        self._emit("point", result.label, result.status)
-        return result
+        if stored.status != result.status:  # the store kept what an earlier run measured of this point
+            why = "; ".join(result.reasons)[:120]
+            self._emit("point", f"kept the earlier measurement of {stored.label} (this run: {result.status}: {why})",
+                       stored.status)
+        else:
+            self._emit("point", stored.label, stored.status)
+        return stored
 
     # ---------------------------------------------------------------------------------------------------
     def _run_group(self, group: list[PlannedRun]) -> list[RunResult]:
         server = group[0].config.server
         key = server.numerics().key
-        if self.resume and all(self.store.is_complete(p.run_id, p.config) for p in group):
+        if self.resume and all(self.store.is_complete(p.run_id, p.config) for p in group) and self._capacity_done(group):
             kept = [r for r in (self.store.get(p.run_id) for p in group) if r is not None]
             if kept and kept[0].quality and key not in self.quality_by_key:
                 self.quality_by_key[key] = kept[0].quality
                 if server.engine not in self.baselines and server.numerics().is_baseline_candidate:
                     self.baselines[server.engine] = (server.label(), kept[0].quality)
-            self.done += len(kept)
+            self.done += len(kept) + (self.spec.capacity.max_measurements if self.spec.capacity_on() else 0)
+            if self.spec.capacity_on():
+                record = self.store.get_capacity(group[0].config.server_key())
+                assert record is not None
+                self.capacities.append(record)
             self._emit("server", f"resume: kept {len(kept)} points of {server.label()}")
             return kept
         opened = self._open(group[0].config)
         if isinstance(opened, _Refusal):
-            return [self._fail(p, opened.reason, opened.tail, opened.prov) for p in group]
+            out = [self._fail(p, opened.reason, opened.tail, opened.prov) for p in group]
+            if self.spec.capacity_on():
+                self._record_capacity(not_searched(self.spec, group[0].config, opened.reason, "failed"), 0)
+            return out
         self._live = opened
         try:
-            return self._measure_on(opened, group)
+            out = self._measure_on(opened, group)
+            if self.spec.capacity_on():
+                out += self._capacity(opened, group, out)
+            return out
         finally:
             self.close()
+
+    def _capacity_done(self, group: list[PlannedRun]) -> bool:
+        """--resume: whether this server's capacity search finished under the same SLO and settings."""
+        if not self.spec.capacity_on():
+            return True
+        r = self.store.get_capacity(group[0].config.server_key())
+        return (r is not None and r.status in ("ok", "no_capacity", "not_searched") and r.slo == self.spec.slo
+                and r.settings == self.spec.capacity)
+
+    def _capacity(self, live: _Live, group: list[PlannedRun], ladder: list[RunResult]) -> list[RunResult]:
+        """The capacity search of this server config on its live engine; its points."""
+        cfg = group[0].config
+        if why := quality_blocks(self.spec, live.quality):
+            self._record_capacity(not_searched(self.spec, cfg, why), 0)
+            return []
+        if not live.engine.alive():
+            self._record_capacity(not_searched(self.spec, cfg, "engine died before the capacity search", "failed"), 0)
+            return []
+        self._emit("server", f"capacity search: {cfg.server.label()} under {self.spec.slo.describe()}")  # type: ignore[union-attr]
+        guess = self.capacity_guess(cfg) if self.capacity_guess is not None else None
+        record, points = search_capacity(self.spec, cfg, ladder,
+                                         lambda p: self._measure(live.engine, p, live.quality, live.prov),
+                                         lambda m: self._emit("capacity_step", m), guess)
+        self._record_capacity(record, len(points))
+        return points
+
+    def _record_capacity(self, record: CapacityResult, measured: int) -> None:
+        stored = self.store.write_capacity(record)
+        self.capacities.append(stored)
+        self.done += max(0, self.spec.capacity.max_measurements - measured)
+        what = (f"{stored.capacity_rps:g} rps" if stored.capacity_rps is not None
+                else "; ".join(stored.reasons)[:160])
+        self._emit("capacity", f"capacity of {stored.label}: {what}", stored.status)
 
     def _open(self, cfg: RunConfig) -> _Live | _Refusal:
         """Starts the engine of this server config and evaluates its numerics' quality (once per numerics)."""
@@ -264,12 +318,6 @@ class Sweeper:
         return out
 
     def _fail(self, planned: PlannedRun, reason: str, tail: list[str], prov: Provenance) -> RunResult:
-        kept = self.store.measured(planned.run_id)
-        if kept is not None:  # a failure of this run never replaces what an earlier run measured
-            self.done += 1
-            self._emit("point", f"kept the earlier measurement of {kept.label} (this run: {reason[:120]})",
-                       kept.status)
-            return kept
         return self._write(RunResult(run_id=planned.run_id, sweep=self.spec.name, status="failed", reasons=[reason],
                                      label=planned.config.label(),
                                      config=planned.config, log_tail=tail[-60:],
@@ -323,76 +371,6 @@ class Sweeper:
         if why := engine.verify():
             return self._fail(planned, f"not measured: {why}", engine.log_tail(40), prov)
         self._emit("note", f"measuring {label}")
-        prompts, fit_warnings = self._prompts(engine, cfg)
-        reset = engine.reset_prefix_cache()
-        t0 = time.monotonic()
-        before = engine.scrape_metrics()
-        sampler = MetricsSampler(engine)
-        sampler.start()
-        runs: list[LoadRun] = []
-        try:
-            for k in range(cfg.load.repeats):
-                runs.append(run_sync(run_load(engine.base_url, engine.served_model, cfg.load, seed_offset=k,
-                                              fresh_connections=engine.fresh_connections,
-                                              prompts=prompts[k])))
-        finally:
-            server_metrics = sampler.result()
-        after = engine.scrape_metrics()
-        server_metrics.update(counter_deltas(before, after))
-        identity = engine.verify()
-        per_repeat = [summarize_load(r) for r in runs]
-        metrics = pooled_summary(runs, per_repeat)
-        stats_ = {name: repeat_stat([s.value(name) for s in per_repeat]) for name in REPEAT_METRICS}
-        unstable = [n for n, s in stats_.items() if s.unstable]
-        warnings = [f"unstable across repeats (CV > 10%): {', '.join(unstable)}"] if unstable else []
-        warnings += fit_warnings
-        if cfg.server.prefix_caching and reset is not True:  # cached prompts would make TTFT look better
-            warnings.append("the engine's prefix cache could not be reset before this point")
-        if warnings:
-            metrics = metrics.model_copy(update={"warnings": [*metrics.warnings, *warnings]})
-        status, reasons = "ok", []
-        if not metrics.valid:
-            status, reasons = "invalid", list(metrics.invalid_reasons)
-        served, why_not = served_check(engine.served_tokens_metric, before, after, runs)
-        if served is False and why_not:
-            status, reasons = "invalid", [why_not, *reasons]
-        elif why_not:
-            metrics = metrics.model_copy(update={"warnings": [*metrics.warnings, why_not]})
-        qres = quality if isinstance(quality, QualityResult) else None
-        if isinstance(quality, str):
-            status, reasons = "quality_failed", [quality, *reasons]
-        elif qres is not None and not qres.gate_passed:
-            status, reasons = "quality_failed", [*qres.gate_reasons, *reasons]
-        if not engine.alive():
-            reason = reason_from_log(engine.log_tail(200), "engine process exited")
-            status, reasons = "failed", [f"engine died during this point: {reason}", *reasons]
-        elif identity:
-            status, reasons = "failed", [f"what answered could not be verified as Atlas's engine after this "
-                                         f"point: {identity}", *reasons]
-        elif metrics.n_ok == 0:
-            status = "failed"
-            reasons = [f"every request failed ({', '.join(f'{k}={v}' for k, v in metrics.errors.items())})",
-                       *reasons]
-        records = [{"repeat": k, **rec.to_json()} for k, run in enumerate(runs) for rec in run.records]
-        result = RunResult(run_id=planned.run_id, sweep=self.spec.name, status=status, reasons=reasons, label=label,
-                           config=cfg, metrics=metrics, repeats=per_repeat, repeat_stats=stats_, quality=qres,
-                           cost=cost_of(self.gpu.key, metrics, self.provider), server_metrics=server_metrics,
-                           provenance=prov.model_copy(update={"finished_at": now_iso()}),
-                           wall_s=time.monotonic() - t0,
-                           log_tail=engine.log_tail(40) if status == "failed" else [])
+        result, records = self.points.measure(engine, planned, quality, prov)
         return self._write(result, records)
 
-
-    def _prompts(self, engine: Engine, cfg: RunConfig) -> tuple[list[list[str]], list[str]]:
-        """Each repeat's prompts, fitted to the served tokenizer (kept for the points of one engine kind and
-        prompt seed: the same model's tokenizer counts them the same way)."""
-        load, out, warnings = cfg.load, [], []
-        for k in range(load.repeats):
-            key = (cfg.engine, requests_of(load), load.prompt_tokens, load.prompt_seed + k)
-            if key not in self._prompt_cache:
-                self._prompt_cache[key] = exact_prompts(key[1], key[2], key[3], engine.count_tokens)
-            prompts, fit = self._prompt_cache[key]
-            out.append(prompts)
-            if (w := fit.warning()) and w not in warnings:
-                warnings.append(w)
-        return out, warnings

@@ -7,6 +7,7 @@ from enum import Enum
 
 import pandas as pd
 
+from atlas.capacity import CapacityResult
 from atlas.engines.registry import KNOB_MODELS
 from atlas.results import RunResult
 
@@ -34,6 +35,15 @@ METRICS: dict[str, tuple[str, str, Callable[[RunResult], float | None]]] = {
     "perplexity": ("Perplexity", "", lambda r: r.quality.perplexity if r.quality else None),
     "agreement": ("Agreement with baseline", "",
                   lambda r: r.quality.comparison.agreement if r.quality and r.quality.comparison else None),
+    "accuracy_lo": ("Task accuracy 95% CI low", "", lambda r: r.quality.ci_low if r.quality else None),
+    "accuracy_hi": ("Task accuracy 95% CI high", "", lambda r: r.quality.ci_high if r.quality else None),
+    "goodput_rps": ("Goodput", "req/s", lambda r: r.goodput.requests_s if r.goodput else None),
+    "goodput_tok_s": ("Goodput", "tok/s", lambda r: r.goodput.output_tok_s if r.goodput else None),
+    "slo_attainment": ("Requests within the SLO", "", lambda r: r.goodput.attainment if r.goodput else None),
+    "usd_per_m_total": ("Cost per 1M tokens (in + out)", "$",
+                        lambda r: r.cost.usd_per_m_total_tokens if r.cost else None),
+    "j_per_output_token": ("Energy per output token", "J",
+                           lambda r: r.energy.j_per_output_token if r.energy else None),
     "ttft_mean_ms": ("Mean TTFT", "ms", _mean("ttft_ms")),
     "tpot_mean_ms": ("Mean TPOT", "ms", _mean("tpot_ms")),
 }
@@ -74,5 +84,43 @@ def results_frame(results: list[RunResult]) -> pd.DataFrame:
                "extrapolated": bool(r.simulation.extrapolated) if r.simulation else None}
         for name, (_, _, get) in METRICS.items():
             row[name] = get(r)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# Columns of a capacity row beyond the point's own (metrics at capacity): name -> (label, unit)
+CAPACITY_COLUMNS = {"capacity_rps": ("Capacity under the SLO", "req/s"),
+                    "upper_rps": ("Lowest rate over the SLO", "req/s"),
+                    "replicas": ("GPUs for the traffic", ""),
+                    "usd_per_hour_total": ("Cost of the traffic", "$/h")}
+for _k, _v in CAPACITY_COLUMNS.items():
+    METRICS[_k] = (*_v, lambda r: None)  # filled in by capacity_frame; named here for --objective and labels
+
+
+def capacity_frame(capacities: list[CapacityResult], results: list[RunResult],
+                   traffic_rps: float | None = None) -> pd.DataFrame:
+    """One row per server config at its capacity under the SLO: the measured point at capacity (every metric,
+    its quality) with the capacity, and for `traffic_rps` the replicas and $/h that traffic needs. A config
+    with no capacity is a row with its status and reason (kept out of every frontier)."""
+    by_id = {r.run_id: r for r in results}
+    rows = []
+    for c in capacities:
+        point = by_id.get(c.point_run_id or "")
+        base = point if point is not None else RunResult(run_id=c.server_key, sweep=c.sweep, status="skipped",
+                                                         label=c.label, config=c.config, source=c.source)
+        row = results_frame([base]).iloc[0].to_dict()
+        status = c.status if c.status != "ok" else (point.status if point is not None else "failed")
+        reasons = [*c.reasons, *(point.reasons if point is not None and point.status != "ok" else [])]
+        if c.status == "ok" and point is None:
+            reasons.append(f"the point at capacity ({c.point_run_id}) is not among the results")
+        replicas = c.replicas_for(traffic_rps) if traffic_rps else None
+        row.update(status=status, reason="; ".join(reasons), label=c.label, source=c.source,
+                   server_key=c.server_key, load=f"capacity {c.capacity_rps:g} rps" if c.capacity_rps else "—",
+                   capacity_rps=c.capacity_rps, upper_rps=c.upper_rps, measurements=len(c.trials),
+                   point_run_id=c.point_run_id, replicas=replicas,
+                   usd_per_hour_total=replicas * c.usd_per_hour if replicas and c.usd_per_hour else None,
+                   run_id=c.point_run_id or c.server_key)
+        if c.source == "simulated" and c.interval_rps:
+            row.update(capacity_rps_lo=c.interval_rps[0], capacity_rps_hi=c.interval_rps[1])
         rows.append(row)
     return pd.DataFrame(rows)

@@ -16,19 +16,18 @@ import statistics
 import time
 from pathlib import Path
 
-from atlas.config import load_spec
 from atlas.frontier import DEFAULT_OBJECTIVES, Objective
 from atlas.hardware import get_gpu
 from atlas.plan import PlannedRun, expand
 from atlas.results import load_results
 from atlas.search.driver import Worker
-from atlas.search.replay import ReplayMeasurer, hypervolume_fraction
+from atlas.search.replay import ReplayMeasurer, hypervolume_fraction, recording_spec
 from atlas.search.settings import SearchSettings
 from atlas.search.space import SearchSpace
 from atlas.search.study import create_study
 
 ROOT = Path(__file__).resolve().parent.parent
-# recording folder, the spec it was measured with (its model sizes feed the simulator), objective sets
+# recording folder, and a spec whose model sizes feed the simulator (grid and load: the recording's own)
 RECORDINGS = [
     ("benchmarks/data/cpu-smollm2", "configs/cpu-smollm2.yaml"),
     ("benchmarks/data/cpu-smollm2-llamacpp", "configs/cpu-smollm2-llamacpp.yaml"),
@@ -61,7 +60,7 @@ def main() -> None:
         if not (ROOT / folder).exists():
             print(f"{folder}: not recorded here, skipped")
             continue
-        spec = load_spec(ROOT / spec_path)
+        spec = recording_spec(ROOT / folder, ROOT / spec_path)
         recorded, errors = load_results(ROOT / folder)
         planned = [i for i in expand(spec, get_gpu(spec.gpu)) if isinstance(i, PlannedRun)]
         space = SearchSpace(planned)

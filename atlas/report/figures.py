@@ -87,3 +87,53 @@ def speedup_bars(speedups: pd.DataFrame) -> go.Figure:
     fig.update_layout(barmode="group", title="Output-throughput speed-up vs the baseline numerics, per batching and load level",
                       yaxis_title="speed-up (x)", template="plotly_white", height=400)
     return fig
+
+
+def _capacity_star(fig: go.Figure, xs: list[float], ys: list[float], texts: list[str]) -> None:
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name="capacity under the SLO",
+                             marker={"symbol": "star", "size": 16, "color": "#d62728", "line": {"width": 1}},
+                             hovertext=texts, hoverinfo="text"))
+
+
+def latency_vs_rate(points: pd.DataFrame, caps: pd.DataFrame, metric: str, limit: float) -> go.Figure:
+    """Each config's open-loop rates: measured request rate against a latency the SLO targets, the SLO as a
+    dashed line and each capacity as a star (the highest rate that met the whole SLO with a valid point)."""
+    fig = go.Figure()
+    rated = points[points["rate_rps"].notna() & points[metric].notna() & points["requests_s"].notna()]
+    for i, (label, sub) in enumerate(rated.groupby("server", sort=True)):
+        sub = sub.sort_values("rate_rps")
+        fig.add_trace(go.Scatter(x=sub["requests_s"], y=sub[metric], mode="lines+markers", name=html.escape(label),
+                                 line={"color": _COLORS[i % len(_COLORS)]},
+                                 marker={"symbol": np.where(sub["status"] == "ok", "circle", "x").tolist()},
+                                 hovertext=[f"{html.escape(str(r))} rps offered · {html.escape(str(s))}"
+                                            for r, s in zip(sub["rate_rps"], sub["status"], strict=True)],
+                                 hoverinfo="text+y"))
+    at = caps[caps["capacity_rps"].notna() & caps[metric].notna()] if len(caps) else caps
+    if len(at):
+        _capacity_star(fig, at["requests_s"].tolist(), at[metric].tolist(),
+                       [f"{html.escape(str(lb))}: {c:g} rps" for lb, c in zip(at["label"], at["capacity_rps"], strict=True)])
+    fig.add_hline(y=limit, line_dash="dash", line_color="#d62728", annotation_text=f"SLO {limit:g} ms")
+    fig.update_layout(title=f"{metric_label(metric)} vs measured request rate (open loop)",
+                      xaxis_title="measured request rate (req/s)", yaxis_title=metric_label(metric),
+                      template="plotly_white", height=440, legend={"font": {"size": 10}})
+    return fig
+
+
+def interactivity(points: pd.DataFrame, caps: pd.DataFrame) -> go.Figure:
+    """Tokens/s each user sees (1000 / p50 TPOT) against tokens/s the GPU serves, every measured load of each
+    config: the interactivity trade-off; stars where each config's capacity under the SLO lies."""
+    fig = go.Figure()
+    have = points[points["tpot_p50_ms"].notna() & points["output_tok_s"].notna()]
+    for i, (label, sub) in enumerate(have.groupby("server", sort=True)):
+        sub = sub.sort_values("output_tok_s")
+        fig.add_trace(go.Scatter(x=sub["output_tok_s"], y=1000.0 / sub["tpot_p50_ms"], mode="lines+markers",
+                                 name=html.escape(label), line={"color": _COLORS[i % len(_COLORS)]},
+                                 hovertext=[html.escape(str(x)) for x in sub["load"]], hoverinfo="text+x+y"))
+    at = caps[caps["capacity_rps"].notna() & caps["tpot_p50_ms"].notna()] if len(caps) else caps
+    if len(at):
+        _capacity_star(fig, at["output_tok_s"].tolist(), (1000.0 / at["tpot_p50_ms"]).tolist(),
+                       [f"{html.escape(str(lb))}: {c:g} rps" for lb, c in zip(at["label"], at["capacity_rps"], strict=True)])
+    fig.update_layout(title="Interactivity: tokens/s per user vs tokens/s per GPU", template="plotly_white",
+                      xaxis_title="output tokens/s per GPU", yaxis_title="tokens/s per user (1000 / p50 TPOT)",
+                      height=440, legend={"font": {"size": 10}})
+    return fig

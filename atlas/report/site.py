@@ -11,19 +11,30 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from plotly.offline import get_plotlyjs
 
 from atlas import __version__
+from atlas.capacity import CapacityResult
 from atlas.frontier import DEFAULT_OBJECTIVES, Constraint, Objective, compute_frontier
-from atlas.report.figures import pair_scatter, scatter3d, speedup_bars
+from atlas.report.figures import interactivity, latency_vs_rate, pair_scatter, scatter3d, speedup_bars
 from atlas.results import RunResult
-from atlas.table import KNOB_COLUMNS, METRICS, metric_label, results_frame
+from atlas.slo import SloSpec
+from atlas.table import KNOB_COLUMNS, METRICS, capacity_frame, metric_label, results_frame
 
 METRIC_COLUMNS = ["usd_per_m_output", "output_tok_s", "ttft_p50_ms", "tpot_p50_ms", "e2e_p50_ms", "e2e_p99_ms",
                   "accuracy", "perplexity", "agreement", "on_frontier", "source", "extrapolated", "reason"]
 
 
-def table_columns(fr: pd.DataFrame) -> list[str]:
+CAPACITY_TABLE = ["capacity_rps", "upper_rps", "measurements", "goodput_rps", "usd_per_m_output", "usd_per_m_total",
+                  "replicas", "usd_per_hour_total", "ttft_p99_ms", "tpot_p50_ms", "e2e_p90_ms", "accuracy",
+                  "perplexity", "agreement", "j_per_output_token", "on_frontier", "source", "reason"]
+
+
+def _knobs(fr: pd.DataFrame) -> list[str]:
+    return [k for k in KNOB_COLUMNS if k in fr and fr[k].notna().any()] if len(fr) else []
+
+
+def table_columns(fr: pd.DataFrame, per_load_frontier: bool = True) -> list[str]:
     """The table's columns: the knobs of the engines in these results (from their knob models), then metrics."""
-    knobs = [k for k in KNOB_COLUMNS if k in fr and fr[k].notna().any()] if len(fr) else []
-    return ["status", "gpu", "engine", *knobs, "load", *METRIC_COLUMNS]
+    metrics = [c for c in METRIC_COLUMNS if per_load_frontier or c != "on_frontier"]
+    return ["status", "gpu", "engine", *_knobs(fr), "load", *metrics]
 
 
 def safe_json(obj: object) -> str:
@@ -89,13 +100,30 @@ def best_under_slo(fr: pd.DataFrame, objectives: list[Objective]) -> list[dict]:
     return out
 
 
+def best_at_capacity(fc: pd.DataFrame, objectives: list[Objective], traffic_rps: float | None) -> list[dict]:  # type: ignore[type-arg]
+    """Per GPU, the eligible configuration (SLO met at capacity, quality gate passed) that serves the traffic
+    for the fewest dollars an hour, or without a traffic figure the cheapest per token at capacity."""
+    out = []
+    cost = objectives[0]
+    keys = (["usd_per_hour_total", cost.metric] if traffic_rps else [cost.metric])
+    for gpu, sub in fc[fc["eligible"]].groupby("gpu"):
+        best = sub.sort_values(keys, ascending=[True] * (len(keys) - 1) + [cost.sense == "min"]).iloc[0]
+        out.append({"gpu": gpu, "label": best["label"], "run_id": best["run_id"], "capacity_rps": best["capacity_rps"],
+                    "replicas": best.get("replicas"), "usd_per_hour_total": best.get("usd_per_hour_total"),
+                    "values": {o.metric: best[o.metric] for o in objectives}, "n": len(sub)})
+    return out
+
+
 def _fig(fig: go.Figure) -> str:
     return safe_json(fig.to_json())
 
 
 def build_site(results: list[RunResult], out_dir: Path | str, *, title: str,
                objectives: list[Objective] | None = None, constraints: list[Constraint] | None = None,
-               load_errors: list[str] | None = None) -> Path:
+               load_errors: list[str] | None = None, capacities: list[CapacityResult] | None = None,
+               slo: SloSpec | None = None, traffic_rps: float | None = None, per_load: bool = False) -> Path:
+    """The report site. With capacity records (and not `per_load`) its frontiers compare configurations at their
+    capacity under the SLO; every measured load point stays in the table below."""
     objectives = objectives or DEFAULT_OBJECTIVES
     out = Path(out_dir)
     (out / "assets").mkdir(parents=True, exist_ok=True)
@@ -108,35 +136,67 @@ def build_site(results: list[RunResult], out_dir: Path | str, *, title: str,
     (out / "assets" / "style.css").write_text((static / "style.css").read_text())
 
     fr = compute_frontier(results_frame(results), objectives, constraints) if results else pd.DataFrame()
+    cap_view = bool(capacities) and not per_load
+    fc = (compute_frontier(capacity_frame(capacities or [], results, traffic_rps), objectives, constraints)
+          if cap_view else pd.DataFrame())
     env = _env()
     by_id = {r.run_id: r for r in results}
-    gpus = sorted(fr["gpu"].unique()) if len(fr) else []
+    gpus = sorted(set(fr["gpu"].unique()) | (set(fc["gpu"].unique()) if len(fc) else set())) if len(fr) else []
     common = {"title": title, "version": __version__, "objectives": objectives, "constraints": constraints or [],
-              "columns": table_columns(fr), "gpus": gpus}
+              "columns": table_columns(fr, not cap_view), "gpus": gpus, "slo": slo, "traffic_rps": traffic_rps,
+              "cap_columns": ["status", "gpu", "engine", *_knobs(fc), *CAPACITY_TABLE] if cap_view else []}
 
-    def page(df: pd.DataFrame, name: str, heading: str, prefix: str = "") -> None:
+    def page(df: pd.DataFrame, name: str, heading: str, prefix: str = "", caps: pd.DataFrame | None = None) -> None:
         figs = []
-        if len(df):
+        front = caps if caps is not None else df
+        if len(front):
             pairs = [(objectives[i], objectives[j]) for i in range(len(objectives))
                      for j in range(i + 1, len(objectives))]
-            figs = [_fig(pair_scatter(df, a, b)) for a, b in pairs]
+            figs = [_fig(pair_scatter(front, a, b)) for a, b in pairs]
             if len(objectives) >= 3:
-                figs.append(_fig(scatter3d(df, objectives)))
+                figs.append(_fig(scatter3d(front, objectives)))
+        if caps is not None and len(df):
+            figs += [_fig(latency_vs_rate(df, caps, metric, limit)) for metric, limit in
+                     (slo.targets().items() if slo else []) if metric in df]
+            figs.append(_fig(interactivity(df, caps)))
         sp = speedups(df) if len(df) else pd.DataFrame()
         sp_ok = sp[sp["status"] == "ok"] if len(sp) else sp
         if len(sp_ok):
             figs.append(_fig(speedup_bars(sp_ok)))
         counts = df["status"].value_counts().to_dict() if len(df) else {}
         rows = df.sort_values(["on_frontier", "status"], ascending=[False, True]).to_dict("records") if len(df) else []
+        if caps is not None:
+            cap_rows = caps.sort_values(["on_frontier", "status", "capacity_rps"], ascending=[False, True, False])
+            best = best_at_capacity(caps, objectives, traffic_rps) if len(caps) else []
+            n_front = int(caps["on_frontier"].sum()) if len(caps) else 0
+        else:
+            cap_rows = pd.DataFrame()
+            best = best_under_slo(df, objectives) if len(df) else []
+            n_front = int(df["on_frontier"].sum()) if len(df) else 0
         html = env.get_template("index.html").render(
-            **common, heading=heading, prefix=prefix, figures=figs, rows=rows, counts=counts,
-            best=best_under_slo(df, objectives) if len(df) else [], speedups=sp.to_dict("records"),
-            load_errors=load_errors or [], n_frontier=int(df["on_frontier"].sum()) if len(df) else 0)
+            **common, heading=heading, prefix=prefix, figures=figs, rows=rows, counts=counts, best=best,
+            speedups=sp.to_dict("records"), load_errors=load_errors or [], n_frontier=n_front,
+            capacity=cap_view, cap_rows=cap_rows.to_dict("records") if len(cap_rows) else [])
         (out / name).write_text(html)
 
-    page(fr, "index.html", title)
+    page(fr, "index.html", title, caps=fc if cap_view else None)
     for g in gpus:
-        page(fr[fr["gpu"] == g], f"gpu-{g}.html", f"{title} — {g}")
+        page(fr[fr["gpu"] == g], f"gpu-{g}.html", f"{title} — {g}",
+             caps=fc[fc["gpu"] == g] if cap_view and len(fc) else (fc if cap_view else None))
+    if cap_view:
+        (out / "servers").mkdir(exist_ok=True)
+        ctpl = env.get_template("capacity.html")
+        for c in capacities or []:
+            pts = fr[fr["server"] == c.config.server.label()] if len(fr) else fr
+            pts = pts[pts["gpu"] == c.gpu] if len(pts) else pts
+            mine = fc[fc["server_key"] == c.server_key]
+            cfigs = [_fig(latency_vs_rate(pts, mine, metric, limit)) for metric, limit in c.slo.targets().items()
+                     if len(pts) and metric in pts]
+            if len(pts):
+                cfigs.append(_fig(interactivity(pts, mine)))
+            (out / "servers" / f"{c.server_key}.html").write_text(ctpl.render(
+                **common, prefix="../", c=c, row=mine.iloc[0].to_dict() if len(mine) else {}, figures=cfigs,
+                known={r.run_id for r in results}))
     tpl = env.get_template("config.html")
     for rec in fr.to_dict("records") if len(fr) else []:
         r = by_id[rec["run_id"]]

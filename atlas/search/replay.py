@@ -3,8 +3,11 @@ measurements without measuring again (benchmarks/search_efficiency.py, tests).""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
+from atlas.config import SweepSpec, load_spec
 from atlas.engines.registry import ServerKnobs
 from atlas.frontier import Objective, hypervolume
 from atlas.plan import PlannedRun
@@ -51,3 +54,11 @@ def hypervolume_fraction(subset: list[RunResult], full: list[RunResult], objecti
     part = matrix(subset)
     total = hypervolume((whole - lo) / span, ref)
     return hypervolume((part - lo) / span, ref) / total if len(part) else 0.0
+
+
+def recording_spec(folder: Path | str, sizes_from: Path | str) -> SweepSpec:
+    """The spec a recording was measured under (its sweep-spec.yaml: grid and load as they were), with the model
+    sizes of another spec (recordings made before the sizes were in the spec lack them; the simulator needs
+    them, and they are not part of run ids)."""
+    recorded = load_spec(Path(folder) / "sweep-spec.yaml")
+    return recorded.model_copy(update={"model": load_spec(sizes_from).model})

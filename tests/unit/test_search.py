@@ -9,20 +9,19 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from atlas.config import load_spec
 from atlas.frontier import DEFAULT_OBJECTIVES, Objective
 from atlas.hardware import get_gpu
 from atlas.plan import PlannedRun, expand
 from atlas.results import load_results
 from atlas.search import SearchError
 from atlas.search.driver import Worker, baseline_keys
-from atlas.search.replay import ReplayMeasurer, hypervolume_fraction
+from atlas.search.replay import ReplayMeasurer, hypervolume_fraction, recording_spec
 from atlas.search.settings import SearchSettings
 from atlas.search.space import SearchSpace
 from atlas.search.study import create_study, join_study
 
 REPO = Path(__file__).resolve().parents[2]
-SPEC = load_spec(REPO / "configs/cpu-smollm2.yaml")
+SPEC = recording_spec(REPO / "benchmarks/data/cpu-smollm2", REPO / "configs/cpu-smollm2.yaml")
 RECORDED, _ = load_results(REPO / "benchmarks/data/cpu-smollm2")
 SPACE = SearchSpace([i for i in expand(SPEC, get_gpu("cpu")) if isinstance(i, PlannedRun)])
 

@@ -31,6 +31,9 @@ class MockKnobs(EngineKnobs):
     max_num_seqs: int = Field(64, ge=1, le=MAX_STREAMS)
     ttft_ms: float = Field(20.0, ge=0.0, le=60_000.0, description="injected time to first token")
     itl_ms: float = Field(10.0, ge=0.0, le=60_000.0, description="injected gap between tokens")
+    itl_per_running_ms: float | None = Field(None, ge=0.0, le=60_000.0, description=(
+        "added to every gap for each other request in flight: latency that grows with load"))
+    _late_fields: ClassVar[tuple[str, ...]] = ("itl_per_running_ms",)
 
     def numerics(self) -> Numerics:
         return Numerics(engine="mock", dtype=None, weights=self.quantization.value, kv=self.kv_cache_dtype.value,
@@ -40,8 +43,9 @@ class MockKnobs(EngineKnobs):
                         rank=1)
 
     def label(self) -> str:
+        load = f" +{self.itl_per_running_ms:g}/running" if self.itl_per_running_ms else ""
         return (f"mock w:{self.quantization.value} kv:{self.kv_cache_dtype.value} seqs:{self.max_num_seqs} "
-                f"ttft:{self.ttft_ms:g} itl:{self.itl_ms:g}")
+                f"ttft:{self.ttft_ms:g} itl:{self.itl_ms:g}{load}")
 
     @property
     def slots(self) -> int:

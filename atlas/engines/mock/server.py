@@ -2,7 +2,9 @@
 generator and the quality gate against known ground truth.
 
 Each stream emits its first token `ttft_ms` after the request arrives and then one chunk every `itl_ms`
-on an absolute schedule (no drift). Faults: an HTTP 503 rate, a global stall of `stall_s` seconds when
+on an absolute schedule (no drift); with `itl_per_running_ms` each other stream in flight adds that much to
+every gap, a service curve whose capacity under an SLO is known in closed form (tests/integration/
+test_capacity_mock.py). Faults: an HTTP 503 rate, a global stall of `stall_s` seconds when
 request number `stall_at_request` arrives, usage counts off by `usage_delta`, streams cut short, and the
 whole process exiting after `die_after_requests`. Chat answers come from the eval sets: correct
 ('oracle'), wrong on a fraction (`degrade`), fast garbage, or empty.
@@ -28,6 +30,7 @@ from atlas.quality import QualityError, builtin_sets, load_set
 class MockOptions:
     ttft_ms: float = 20.0
     itl_ms: float = 10.0
+    itl_per_running_ms: float = 0.0  # each other stream being answered adds this to every gap (a service curve)
     tokens_per_chunk: int = 1
     error_rate: float = 0.0
     seed: int = 0
@@ -167,7 +170,7 @@ class MockServer:
             if sent >= cut_at >= 0:
                 request.transport.close()  # type: ignore[union-attr]
                 return resp
-            t += self.opts.itl_ms / 1e3
+            t += (self.opts.itl_ms + self.opts.itl_per_running_ms * max(0, self.running - 1)) / 1e3
         usage = {"choices": [], "usage": {"prompt_tokens": prompt_tokens,
                                           "completion_tokens": sent + self.opts.usage_delta}}
         await resp.write(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
