@@ -129,9 +129,11 @@ def rate_point(spec: SweepSpec, rate_rps: float) -> LoadPoint:
     cap, slo = spec.capacity, spec.slo
     shape = spec.load.shape().model_dump()
     mode = spec.load.mode if spec.load.mode != LoadMode.CLOSED else LoadMode.POISSON
-    warm = math.ceil(rate_rps * cap.warmup_s)
+    # arrivals that may fall in the warm-up: the first is at 0, the rest Poisson (mean + 3 standard deviations)
+    mean = rate_rps * cap.warmup_s
+    warm = 1 + math.ceil(mean + 3 * math.sqrt(mean))
     need = max(cap.min_requests, slo.samples_needed() if slo else 1)
-    n = min(max(math.ceil(rate_rps * (cap.warmup_s + cap.duration_s)), warm + need), cap.max_requests)
+    n = min(warm + max(math.ceil(rate_rps * cap.duration_s), need), cap.max_requests)
     shape.update(mode=mode, num_requests=n, warmup_s=cap.warmup_s, cooldown_s=0.0,
                  min_requests=min(need, max(1, n - warm)), warmup_requests=0)
     return LoadPoint(**shape, rate_rps=rate_rps)

@@ -31,12 +31,14 @@ from atlas.preflight import preflight
 from atlas.quality import QualityError
 from atlas.results import DONE_STATUSES, ResultError, RunResult
 from atlas.search import SearchError
+from atlas.simulator.features import SimulatorError
+from atlas.slo import SloError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Atlas: a Pareto atlas of LLM inference optimizations.")
 console = Console(soft_wrap=True)
 err = Console(stderr=True)
 USER_ERRORS = (SpecError, HardwareError, ResultError, FrontierError, QualityError, EmbeddedModelError, EngineError,
-               SearchError, UnknownEngine, OSError)
+               SearchError, UnknownEngine, SimulatorError, SloError, OSError)
 
 
 def _fail(e: Exception) -> None:
@@ -100,7 +102,9 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
                                                        "default cost, p90 E2E, accuracy"),
           storage: str = typer.Option(None, help="database URL of a shared study (postgresql://user:pw@host/db, "
                                                  "sqlite:///study.db); other hosts join with `atlas worker`"),
-          study: str = typer.Option(None, help="study name (default: <sweep>-<gpu>)")) -> None:
+          study: str = typer.Option(None, help="study name (default: <sweep>-<gpu>)"),
+          simulator: Path = typer.Option(None, help="simulator/<name>.json from `atlas fit`: the first guess of "
+                                                    "each capacity search where it calibrates the config")) -> None:
     """Measure every point of a sweep (or, with --strategy/--budget/--storage, search it) and write one
     result file per point."""
     # SIGTERM unwinds like Ctrl-C, so the running engine's process group is stopped and its port freed
@@ -142,8 +146,14 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
                     style = "green" if e.status == "ok" else "yellow"
                     bar.console.print(f"  [{style}]{e.status}[/] {escape(e.message)}", highlight=False)
 
+            guess = None
+            if simulator is not None:
+                from atlas.simulator.capacity import simulator_guess
+                from atlas.simulator.fit import load as load_artifact
+
+                guess = simulator_guess(load_artifact(simulator), s, prices)
             report = Sweeper(s, g, results, resume=resume, progress=on_event, price_provider=prices,
-                             caps=installed_caps(s)).run()
+                             caps=installed_caps(s), capacity_guess=guess).run()
     except USER_ERRORS as e:
         _fail(e)
     except KeyboardInterrupt:
@@ -329,6 +339,24 @@ def simulate(spec: Path = typer.Option(..., help="sweep spec whose points to pre
         store.write(r)
     extrapolated = sum(1 for r in predicted if r.simulation and r.simulation.extrapolated)
     console.print(f"{len(predicted)} points predicted for {g.key} ({extrapolated} extrapolated) -> {store.dir}")
+    if s.slo is not None and s.capacity_on():
+        from atlas.results import load_capacities
+        from atlas.simulator.capacity import predict_capacities
+
+        folder = results / s.name
+        known = {c.server_key for c in (load_capacities(folder)[0] if folder.exists() else [])
+                 if c.source == "measured"}
+        try:
+            caps = predict_capacities(a, s, g, measured, known, s.price_provider)
+        except SimulatorError as e:
+            _fail(e)
+        for rec, point in caps:
+            if point is not None:
+                store.write(point)
+            store.write_capacity(rec)
+        found = sum(rec.capacity_rps is not None for rec, _ in caps)
+        console.print(f"{len(caps)} capacities under {s.slo.describe()} predicted ({found} meet it at some rate) "
+                      f"-> {store.dir / 'capacity'}")
 
 
 @app.command("quantize")

@@ -54,7 +54,9 @@ def sweep_inputs(results_dir: Path, objectives: list[Objective] | None = None,
         spec, why = _spec_beside(results_dir, name)
         if why:
             errors.append(why)
-        caps = [c for c in capacities if c.sweep == name]
+        mine = [c for c in capacities if c.sweep == name]
+        measured = {c.server_key for c in mine if c.source == "measured"}
+        caps = [c for c in mine if c.source == "measured" or c.server_key not in measured]  # measured wins
         slos = {c.slo for c in caps}
         if len(slos) > 1:
             errors.append(f"{name}: capacity records under {len(slos)} different SLOs; those under the spec's "

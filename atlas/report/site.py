@@ -144,7 +144,7 @@ def build_site(results: list[RunResult], out_dir: Path | str, *, title: str,
     gpus = sorted(set(fr["gpu"].unique()) | (set(fc["gpu"].unique()) if len(fc) else set())) if len(fr) else []
     common = {"title": title, "version": __version__, "objectives": objectives, "constraints": constraints or [],
               "columns": table_columns(fr, not cap_view), "gpus": gpus, "slo": slo, "traffic_rps": traffic_rps,
-              "cap_columns": ["status", "gpu", "engine", *_knobs(fc), *CAPACITY_TABLE] if cap_view else []}
+              "cap_columns": ["status", "gpu", "engine", *CAPACITY_TABLE] if cap_view else []}
 
     def page(df: pd.DataFrame, name: str, heading: str, prefix: str = "", caps: pd.DataFrame | None = None) -> None:
         figs = []
@@ -166,7 +166,8 @@ def build_site(results: list[RunResult], out_dir: Path | str, *, title: str,
         counts = df["status"].value_counts().to_dict() if len(df) else {}
         rows = df.sort_values(["on_frontier", "status"], ascending=[False, True]).to_dict("records") if len(df) else []
         if caps is not None:
-            cap_rows = caps.sort_values(["on_frontier", "status", "capacity_rps"], ascending=[False, True, False])
+            cap_rows = caps.assign(_ok=caps["status"] != "ok").sort_values(
+                ["on_frontier", "_ok", "capacity_rps"], ascending=[False, True, False])
             best = best_at_capacity(caps, objectives, traffic_rps) if len(caps) else []
             n_front = int(caps["on_frontier"].sum()) if len(caps) else 0
         else:

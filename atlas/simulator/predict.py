@@ -119,22 +119,31 @@ def predict_spec(artifact: CalibrationArtifact, spec: SweepSpec, gpu: GpuSpec, m
     """Every planned point of `spec` on `gpu` that has no measured result; quality (a property of numerics,
     not of batching) is carried over from a measured point with the same GPU and numerics when there is one."""
     done = {r.run_id for r in measured if r.source == "measured" and r.status != "skipped"}
-    quality: dict[tuple[object, ...], RunResult] = {}
-    for r in measured:
-        if r.quality is not None and r.status in ("ok", "quality_failed"):
-            s = r.config.server
-            quality.setdefault((r.config.gpu, s.numerics().key), r)
+    quality = quality_sources(measured)
     out = []
     for item in expand(spec, gpu):
         if not isinstance(item, PlannedRun) or item.run_id in done:
             continue
-        res = predict_config(artifact, item.config, item.run_id, spec.name, price_provider)
-        s = item.config.server
-        src = quality.get((gpu.key, s.numerics().key))
-        if src is not None and src.quality is not None:
-            assert res.simulation is not None
-            res = res.model_copy(update={
-                "quality": src.quality, "status": "ok" if src.quality.gate_passed else "quality_failed",
-                "simulation": res.simulation.model_copy(update={"quality_from": src.label})})
-        out.append(res)
+        out.append(with_quality(predict_config(artifact, item.config, item.run_id, spec.name, price_provider),
+                                quality))
     return out
+
+
+def quality_sources(measured: list[RunResult]) -> dict[tuple[object, ...], RunResult]:
+    """Per (GPU, numerics), a measured point whose quality a prediction may carry (quality belongs to the
+    numerics, not to batching or load)."""
+    out: dict[tuple[object, ...], RunResult] = {}
+    for r in measured:
+        if r.quality is not None and r.status in ("ok", "quality_failed"):
+            out.setdefault((r.config.gpu, r.config.server.numerics().key), r)
+    return out
+
+
+def with_quality(res: RunResult, sources: dict[tuple[object, ...], RunResult]) -> RunResult:
+    src = sources.get((res.config.gpu, res.config.server.numerics().key))
+    if src is None or src.quality is None:
+        return res
+    assert res.simulation is not None
+    return res.model_copy(update={
+        "quality": src.quality, "status": "ok" if src.quality.gate_passed else "quality_failed",
+        "simulation": res.simulation.model_copy(update={"quality_from": src.label})})

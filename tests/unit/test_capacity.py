@@ -13,7 +13,7 @@ from atlas.frontier import compute_frontier, default_objectives
 from atlas.goodput import goodput, request_met
 from atlas.hardware import get_gpu
 from atlas.knobs import LoadMode
-from atlas.loadgen import LoadRun, RequestRecord
+from atlas.loadgen import LoadRun, RequestRecord, arrival_schedule
 from atlas.metrics import summarize_load
 from atlas.plan import expand
 from atlas.point_checks import extension_factor
@@ -157,9 +157,15 @@ def test_noise_below_a_pass_does_not_move_the_bracket():
 def test_rate_point_has_enough_arrivals_for_the_window_and_the_slo():
     spec = parse_spec({**SPEC, "capacity": {"duration_s": 10, "warmup_s": 2, "min_requests": 20}})
     p = rate_point(spec, 5.0)
-    assert p.mode == LoadMode.POISSON and p.rate_rps == 5.0 and p.num_requests == 60 and p.warmup_s == 2
+    assert p.mode == LoadMode.POISSON and p.rate_rps == 5.0 and p.warmup_s == 2
+    assert p.num_requests == 1 + math.ceil(10 + 3 * math.sqrt(10)) + 50  # warm-up with its margin, then 10 s
     low = rate_point(spec, 0.1)  # 1.2 arrivals in 12 s: the SLO's p90 needs 10, the spec asks 20 measured
-    assert low.num_requests == 21 and low.min_requests == 20
+    assert low.num_requests == 20 + 1 + math.ceil(0.2 + 3 * math.sqrt(0.2)) and low.min_requests == 20
+    for rate in (0.05, 0.2, 1.0, 3.0):  # the warm-up never eats into the samples the SLO needs
+        pt = rate_point(spec, rate)
+        for seed in range(200):
+            sched = arrival_schedule(pt.mode, rate, pt.num_requests, seed)
+            assert sum(t >= pt.warmup_s for t in sched) >= pt.min_requests, (rate, seed)
     p99 = rate_point(parse_spec({**SPEC, "slo": {"ttft_p99_ms": 100}}), 1.0)
     assert p99.num_requests >= 100 + 2 and p99.min_requests == 100
     gamma = parse_spec({**SPEC, "load": {**SPEC["load"], "mode": "gamma", "rate_rps": [1.0], "burstiness": 0.5}})
