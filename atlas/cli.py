@@ -133,6 +133,12 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
             return
         from atlas.sweep import Sweeper, SweepEvent
 
+        guess = None
+        if simulator is not None:
+            from atlas.simulator.capacity import simulator_guess
+            from atlas.simulator.fit import load as load_artifact
+
+            guess = simulator_guess(load_artifact(simulator), s, prices)
         with _progress_bar(s.name) as bar:
             task = bar.add_task(s.name, total=None, current="")
 
@@ -146,12 +152,6 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
                     style = "green" if e.status == "ok" else "yellow"
                     bar.console.print(f"  [{style}]{e.status}[/] {escape(e.message)}", highlight=False)
 
-            guess = None
-            if simulator is not None:
-                from atlas.simulator.capacity import simulator_guess
-                from atlas.simulator.fit import load as load_artifact
-
-                guess = simulator_guess(load_artifact(simulator), s, prices)
             report = Sweeper(s, g, results, resume=resume, progress=on_event, price_provider=prices,
                              caps=installed_caps(s), capacity_guess=guess).run()
     except USER_ERRORS as e:
