@@ -32,7 +32,7 @@ from atlas.quality import QualityError
 from atlas.results import DONE_STATUSES, ResultError, RunResult
 from atlas.search import SearchError
 from atlas.simulator.features import SimulatorError
-from atlas.slo import SloError
+from atlas.slo import SloError, parse_slo
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Atlas: a Pareto atlas of LLM inference optimizations.")
 console = Console(soft_wrap=True)
@@ -104,7 +104,9 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
                                                  "sqlite:///study.db); other hosts join with `atlas worker`"),
           study: str = typer.Option(None, help="study name (default: <sweep>-<gpu>)"),
           simulator: Path = typer.Option(None, help="simulator/<name>.json from `atlas fit`: the first guess of "
-                                                    "each capacity search where it calibrates the config")) -> None:
+                                                    "each capacity search where it calibrates the config"),
+          slo: list[str] = typer.Option([], help="TARGET<=MS, repeatable, e.g. ttft_p99_ms<=1000: replaces the "
+                                                 "spec's slo (each server config's capacity is searched under it)")) -> None:
     """Measure every point of a sweep (or, with --strategy/--budget/--storage, search it) and write one
     result file per point."""
     # SIGTERM unwinds like Ctrl-C, so the running engine's process group is stopped and its port freed
@@ -115,6 +117,8 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
         path = spec or default_spec(gpu or "cpu", engine)
         s = load_spec(path, **({"gpu": gpu} if gpu else {}), **({"engine": engine} if engine else {}))
         g = spec_gpu(s, path, gpu)
+        if slo:
+            s = s.model_copy(update={"slo": parse_slo(slo)})
         if searching:
             from atlas.search.settings import SearchSettings
 
@@ -401,6 +405,12 @@ def validate(spec: Path, gpu: str = typer.Option(None, help="check feasibility o
                   f"{len(skipped)} skipped)")
     for reason in sorted({i.reason for i in skipped}):
         console.print(f"  skipped: {reason}", highlight=False)
+    if s.slo is not None and s.capacity_on():
+        servers = len({i.config.server_key() for i in items if not isinstance(i, SkippedRun)})
+        c = s.capacity
+        console.print(f"  capacity: each of {servers} server configs searched under {s.slo.describe()} "
+                      f"(up to {c.max_measurements} rates, precision {c.precision:.0%}, "
+                      f"{c.warmup_s:g} s warm-up + {c.duration_s:g} s of arrivals per rate)", highlight=False)
 
 
 @app.command()

@@ -165,23 +165,35 @@ def implausible(data: object, path: tuple[str, ...] = ()) -> str | None:
     return None
 
 
-def load_result_file(path: Path) -> RunResult:
+def _read_object(path: Path, what: str) -> dict[str, Any]:
+    """A JSON object from a file, or a one-line ResultError naming the file and what is wrong."""
     try:
         data = json.loads(path.read_text())
     except OSError as e:
         raise ResultError(f"{path}: cannot read: {e.strerror}") from None
     except (ValueError, RecursionError) as e:
-        raise ResultError(f"{path}: corrupted result file (not JSON: {str(e)[:100]})") from None
+        raise ResultError(f"{path}: corrupted {what} (not JSON: {str(e)[:100]})") from None
     if not isinstance(data, dict):
-        raise ResultError(f"{path}: corrupted result file (not a JSON object)")
+        raise ResultError(f"{path}: corrupted {what} (not a JSON object)")
+    return data
+
+
+def _validated(model: type[Any], data: dict[str, Any], path: Path, what: str, checked: dict[str, Any]) -> Any:
+    """`data` as `model`, refusing a validation error or an implausible number in `checked` in one line."""
     try:
-        result = RunResult.model_validate(migrate(data, str(path)))
+        out = model.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
-        raise ResultError(f"{path}: invalid result: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
-    if why := implausible({k: data.get(k) for k in ("metrics", "repeats", "cost", "wall_s", "goodput", "energy")}):
-        raise ResultError(f"{path}: invalid result: {why}")
-    return result
+        raise ResultError(f"{path}: invalid {what}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    if why := implausible(checked):
+        raise ResultError(f"{path}: invalid {what}: {why}")
+    return out
+
+
+def load_result_file(path: Path) -> RunResult:
+    data = migrate(_read_object(path, "result file"), str(path))
+    checked = {k: data.get(k) for k in ("metrics", "repeats", "cost", "wall_s", "goodput", "energy")}
+    return _validated(RunResult, data, path, "result", checked)  # type: ignore[no-any-return]
 
 
 class ResultStore:
@@ -318,23 +330,8 @@ def load_results(root: Path | str) -> tuple[list[RunResult], list[str]]:
 
 
 def load_capacity_file(path: Path) -> CapacityResult:
-    try:
-        data = json.loads(path.read_text())
-    except OSError as e:
-        raise ResultError(f"{path}: cannot read: {e.strerror}") from None
-    except (ValueError, RecursionError) as e:
-        raise ResultError(f"{path}: corrupted capacity record (not JSON: {str(e)[:100]})") from None
-    if not isinstance(data, dict):
-        raise ResultError(f"{path}: corrupted capacity record (not a JSON object)")
-    try:
-        record = CapacityResult.model_validate(data)
-    except ValidationError as e:
-        first = e.errors()[0]
-        raise ResultError(f"{path}: invalid capacity record: {'.'.join(map(str, first['loc']))}: "
-                          f"{first['msg']}") from None
-    if why := implausible(data):
-        raise ResultError(f"{path}: invalid capacity record: {why}")
-    return record
+    data = _read_object(path, "capacity record")
+    return _validated(CapacityResult, data, path, "capacity record", data)  # type: ignore[no-any-return]
 
 
 def load_capacities(root: Path | str) -> tuple[list[CapacityResult], list[str]]:

@@ -5,6 +5,7 @@ request in flight. With Poisson arrivals at rate L and Little's law (requests in
 so a target TPOT <= T holds up to L* = (T - b) / (a (t0 + (n - 1) T)): with t0 = 20 ms, b = 10 ms, a = 2 ms,
 n = 16 tokens and T = 30 ms, L* = 21.3 req/s."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -31,8 +32,14 @@ def sweep(tmp_path: Path, spec: dict, resume: bool = False, progress=None):  # t
                    progress=progress or (lambda e: None)).run()
 
 
-def test_capacity_of_a_known_service_curve_is_found_within_the_precision(tmp_path):
-    report = sweep(tmp_path, SPEC)
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):  # type: ignore[no-untyped-def]
+    tmp = tmp_path_factory.mktemp("capacity")
+    return tmp, sweep(tmp, SPEC)
+
+
+def test_capacity_of_a_known_service_curve_is_found_within_the_precision(searched):
+    tmp_path, report = searched
     [cap] = report.capacities
     assert cap.status == "ok", cap.reasons
     assert len(cap.trials) <= SPEC["capacity"]["max_measurements"]
@@ -92,3 +99,57 @@ def test_resume_in_the_middle_of_a_capacity_search_measures_nothing_twice(tmp_pa
     third: list[str] = []
     sweep(tmp_path, SPEC, resume=True, progress=lambda e: third.append(e.kind))
     assert "note" not in third and load_capacities(tmp_path / "results")[0][0] == cap
+
+
+def test_frontier_and_report_compare_configurations_at_capacity(searched, tmp_path, artifacts):
+    from typer.testing import CliRunner
+
+    from atlas.cli import app
+
+    results, _ = searched
+    runner = CliRunner()
+    out = runner.invoke(app, ["frontier", str(results / "results"), "--out", str(tmp_path / "site"),
+                              "--traffic-rps", "50"])
+    assert out.exit_code == 0, out.output
+    assert "configurations at capacity under TPOT p50 <= 30 ms" in out.output and "replicas" in out.output
+    index = tmp_path / "site" / "capacity-mock" / "index.html"
+    [page] = list((tmp_path / "site" / "capacity-mock" / "servers").glob("*.html"))
+    html = index.read_text()
+    assert "Best configuration for 50 req/s under the SLO" in html and "Configurations at SLO capacity" in html
+    assert "tie on quality" in html and "Rates measured, in order" in page.read_text()
+    per_load = runner.invoke(app, ["frontier", str(results / "results"), "--out", str(tmp_path / "pl"), "--per-load"])
+    assert per_load.exit_code == 0 and "points (per load level)" in per_load.output
+    assert "Configurations at SLO capacity" not in (tmp_path / "pl" / "capacity-mock" / "index.html").read_text()
+
+    from tests.integration.test_report_browser import CHROMIUM, DRIVER, _browser, render
+
+    if not (CHROMIUM and DRIVER):
+        if os.environ.get("CI"):
+            pytest.fail("chromium and chromium-driver must be installed in CI (.ci/run installs them)")
+        pytest.skip("needs Debian's chromium and chromium-driver")
+    driver = _browser()
+    try:
+        for url, name in ((index, "report-capacity.png"), (page, "report-capacity-server.png")):
+            assert render(driver, url) >= 2
+            driver.save_screenshot(str(artifacts / name))
+            severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+            assert not severe, severe
+        assert driver.find_elements("css selector", "table tr.s-ok")  # the rates that met the SLO
+    finally:
+        driver.quit()
+
+
+def test_a_point_too_short_is_extended_not_left_invalid(tmp_path):
+    """A fast config at a closed-loop level finishes its 12 requests in ~0.15 s, under min_duration_s 0.4 s:
+    measured again with more requests (recorded), it is valid (the llama.cpp default lost every slots:4 | c=4
+    point, its fastest configs, to 'measured window < 2 s')."""
+    spec = {**SPEC, "grid": {"engine": "mock", "ttft_ms": [5.0], "itl_ms": [5.0]}, "slo": None,
+            "load": {**SPEC["load"], "concurrency": [4], "num_requests": 12, "output_tokens": 8,
+                     "min_duration_s": 0.4, "min_requests": 4}}
+    [r] = sweep(tmp_path, spec).results
+    assert r.status == "ok", r.reasons
+    assert r.extended is not None and r.extended.from_requests == 12 and 12 < r.extended.to_requests <= 48
+    assert r.extended.reason.startswith("too short: measured window")
+    assert r.metrics.duration_s >= 0.4 and any(w.startswith("extended from 12 to") for w in r.metrics.warnings)
+    assert r.metrics.n_total == r.extended.to_requests + 1  # the warm-up request too
+    assert r.config.load.num_requests == 12  # the run id is the planned point's

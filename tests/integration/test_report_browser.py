@@ -32,6 +32,17 @@ def _browser():
     return webdriver.Chrome(service=Service(DRIVER), options=opts)
 
 
+def render(driver, page) -> int:
+    """Opens a page and waits until every embedded figure is drawn; returns how many there are."""
+    driver.get(page.as_uri())
+    want = len(driver.find_elements("css selector", "script.figdata"))
+    deadline = time.time() + 30
+    while time.time() < deadline and len(driver.find_elements("css selector", ".js-plotly-plot")) < want:
+        time.sleep(0.2)
+    assert len(driver.find_elements("css selector", ".js-plotly-plot")) == want
+    return want
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("browser")
@@ -56,12 +67,8 @@ def test_site_renders_offline_without_errors_and_escapes_model_text(site, artifa
     hostile = next(r for r in report.results if r.config.server.quantization.value == "fp8")
     driver = _browser()
     try:
-        driver.get(index.as_uri())
-        want = len(driver.find_elements("css selector", "script.figdata"))
-        deadline = time.time() + 30
-        while time.time() < deadline and len(driver.find_elements("css selector", ".js-plotly-plot")) < want:
-            time.sleep(0.2)
-        assert want >= 4 and len(driver.find_elements("css selector", ".js-plotly-plot")) == want
+        want = render(driver, index)
+        assert want >= 4
         assert driver.find_elements("css selector", ".js-plotly-plot .scatterlayer .point")
         driver.save_screenshot(str(artifacts / "report-index.png"))
         rows = driver.find_elements("css selector", "#points tbody tr")

@@ -13,7 +13,7 @@ from atlas.frontier import compute_frontier, default_objectives
 from atlas.goodput import goodput, request_met
 from atlas.hardware import get_gpu
 from atlas.knobs import LoadMode
-from atlas.loadgen import LoadRun, RequestRecord, arrival_schedule
+from atlas.loadgen import LoadRun, arrival_schedule
 from atlas.metrics import summarize_load
 from atlas.plan import expand
 from atlas.point_checks import extension_factor
@@ -21,19 +21,12 @@ from atlas.report.site import best_at_capacity
 from atlas.results import ResultStore, RunResult, load_capacities, load_results
 from atlas.slo import SloError, SloSpec, parse_slo
 from atlas.table import capacity_frame
+from tests.unit.test_metrics import rec
 
 SPEC = {"name": "cap", "engine": "mock", "gpu": "cpu", "model": {"id": "m", "source": "embedded"},
         "grid": {"engine": "mock", "itl_ms": [10, 20]},
         "load": {"concurrency": [1, 4], "num_requests": 20, "output_tokens": 8, "min_requests": 4},
         "quality": {"enabled": False}, "slo": {"ttft_p90_ms": 100, "tpot_p50_ms": 20}}
-
-
-def rec(i, t0, ttft, itl, n, status="ok", phase="measure"):
-    times = [t0 + ttft + k * itl for k in range(n)] if status == "ok" else []
-    return RequestRecord(index=i, phase=phase, scheduled_s=t0, sent_s=t0, first_token_s=times[0] if times else None,
-                         token_times_s=times, chunk_tokens=[1] * len(times), end_s=times[-1] if times else None,
-                         done_s=(times[-1] if times else t0) + 0.001, output_tokens=len(times),
-                         usage_output_tokens=len(times), requested_tokens=n, status=status, prompt_tokens=10)
 
 
 def open_run(records, rate=10.0):
