@@ -45,12 +45,17 @@ def ladder_guess(spec: SweepSpec, ladder: list[RunResult]) -> Guess | None:
     return None
 
 
-def not_searched(spec: SweepSpec, cfg: RunConfig, reason: str, status: str = "not_searched") -> CapacityResult:
+def capacity_record(spec: SweepSpec, cfg: RunConfig, status: str, reasons: list[str]) -> CapacityResult:
+    """A capacity record of this server config under the spec's SLO and settings, with nothing found yet."""
     assert spec.slo is not None
     return CapacityResult(sweep=spec.name, server_key=cfg.server_key(), label=cfg.server.label(), engine=cfg.engine,
-                          gpu=cfg.gpu, config=cfg, status=status, reasons=[reason], slo=spec.slo,  # type: ignore[arg-type]
+                          gpu=cfg.gpu, config=cfg, status=status, reasons=reasons, slo=spec.slo,  # type: ignore[arg-type]
                           precision=spec.capacity.precision, settings=spec.capacity,
                           mode=rate_point(spec, 1.0).mode.value)
+
+
+def not_searched(spec: SweepSpec, cfg: RunConfig, reason: str, status: str = "not_searched") -> CapacityResult:
+    return capacity_record(spec, cfg, status, [reason])
 
 
 def quality_blocks(spec: SweepSpec, quality: QualityResult | str | None) -> str | None:
@@ -89,8 +94,8 @@ def search_capacity(spec: SweepSpec, cfg: RunConfig, ladder: list[RunResult],
         trials.append(t := trial_of(result, spec))
         say(f"capacity {cfg.server.label()}: {rate:g} rps {'meets' if t.passed else 'misses'} the SLO"
             + ("" if t.passed else f" ({'; '.join(t.why)[:140]})"))
-    record = not_searched(spec, cfg, "", "ok").model_copy(update={
-        "reasons": [], "trials": trials, "guess_rps": search.guess, "guess_from": guess[2]})
+    record = capacity_record(spec, cfg, "ok", []).model_copy(update={
+        "trials": trials, "guess_rps": search.guess, "guess_from": guess[2]})
     lo, hi = search.bracket(trials)
     if lo is None:
         last = trials[-1] if trials else None

@@ -127,6 +127,9 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
             if resume:
                 raise SpecError("--resume is for full sweeps; a search resumes from its study "
                                 "(--storage sqlite:///study.db keeps one on disk)")
+            if s.capacity_on():
+                _warn([f"{path}: a search (--strategy/--budget/--storage) measures load points only: the capacity of "
+                       f"each configuration under the slo is not searched (run the full sweep for that)"])
             settings = SearchSettings(strategy=strategy, budget=budget, sampler=sampler, seed=seed,  # type: ignore[arg-type]
                                       seed_fraction=seed_fraction, simulator=seed_fraction > 0,
                                       **({"objectives": [parse_objective(o) for o in objective]} if objective else {}))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from atlas.capacity import CapacityResult, rate_point, round_rate
-from atlas.capacity_run import Guess, not_searched
+from atlas.capacity_run import Guess, capacity_record
 from atlas.config import SweepSpec
 from atlas.hardware import GpuSpec
 from atlas.metrics import LoadSummary
@@ -84,7 +84,7 @@ def predict_capacity(artifact: CalibrationArtifact, spec: SweepSpec, cfg: RunCon
     if spec.slo is None:
         raise SimulatorError("a capacity prediction needs the spec's slo")
     p = _Predictor(artifact, spec, cfg, price_provider)
-    record = not_searched(spec, cfg, "", "ok").model_copy(update={"source": "simulated", "reasons": []})
+    record = capacity_record(spec, cfg, "ok", []).model_copy(update={"source": "simulated"})
     mid = p.capacity(0.0)
     if mid is None:
         r = p.at(spec.capacity.min_rps)

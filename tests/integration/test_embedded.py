@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from atlas.cli import app
 from atlas.hardware import cpu_flags
-from atlas.results import load_results
+from atlas.results import load_capacities, load_results
 
 SPEC = Path(__file__).parent / "specs" / "tiny-cpu.yaml"
 
@@ -35,8 +35,10 @@ def test_real_embedded_sweep_frontier_and_report(tmp_path, artifacts):
     r = runner.invoke(app, ["sweep", str(spec_path), "--gpu", "cpu", "--results", str(tmp_path / "results")])
     assert r.exit_code == 0, r.output
     results, errors = load_results(tmp_path / "results")
-    assert not errors and len(results) == 4
-    real = [x for x in results if x.config.server.kv_cache_dtype.value == "auto"]
+    ladder = [x for x in results if x.config.load.concurrency is not None]
+    rates = [x for x in results if x.config.load.rate_rps is not None]
+    assert not errors and len(ladder) == 4
+    real = [x for x in ladder if x.config.server.kv_cache_dtype.value == "auto"]
     fp8 = [x for x in results if x.config.server.kv_cache_dtype.value == "fp8"]
     for x in real:
         assert x.status in ("ok", "invalid"), x.reasons
@@ -55,9 +57,22 @@ def test_real_embedded_sweep_frontier_and_report(tmp_path, artifacts):
     if not ({"avx512f", "amx_tile"} & cpu_flags()):
         for x in fp8:
             assert x.status == "failed" and "AVX-512" in x.reasons[0]
+    # the capacity search ran on the real engine: each rate a verified, served point of its own
+    caps, cap_errors = load_capacities(tmp_path / "results")
+    assert not cap_errors and len(caps) == 2
+    [auto] = [c for c in caps if c.config.server.kv_cache_dtype.value == "auto"]
+    assert auto.status == "ok" and auto.capacity_rps > 0, auto.reasons
+    assert 1 <= len(auto.trials) <= 4 and {t.run_id for t in auto.trials} <= {x.run_id for x in rates}
+    for x in rates:
+        assert x.status in ("ok", "invalid"), x.reasons
+        assert x.server_metrics["generation_tokens"] >= 0.9 * 16 * x.metrics.n_total, x.server_metrics
+        assert x.goodput is not None and x.energy is not None and "CPU" in x.energy.reason
+    at = next(x for x in rates if x.run_id == auto.point_run_id)
+    assert at.metrics.value("tpot_p90_ms") <= 400 and at.metrics.value("ttft_p90_ms") <= 3000
     out = tmp_path / "reports"
     r = runner.invoke(app, ["frontier", str(tmp_path / "results"), "--out", str(out)])
     assert r.exit_code == 0, r.output
+    assert "configurations at capacity under TTFT p90 <= 3000 ms" in " ".join(r.output.split())
     index = out / "tiny-cpu" / "index.html"
     html = index.read_text()
     assert "figdata" in html and "float32 w:none kv:auto seqs:4" in html

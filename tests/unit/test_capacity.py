@@ -203,10 +203,10 @@ def point_result(spec, rate, status="ok", tok_s=100.0, e2e=100.0, acc=0.5, lo=0.
 
 
 def capacity_of(spec, point, cap_rps, status="ok"):
-    from atlas.capacity_run import not_searched
+    from atlas.capacity_run import capacity_record
 
-    rec_ = not_searched(spec, point.config, "", status)
-    return rec_.model_copy(update={"reasons": [] if status == "ok" else ["meets the SLO at no rate"],
+    rec_ = capacity_record(spec, point.config, status, [] if status == "ok" else ["meets the SLO at no rate"])
+    return rec_.model_copy(update={
                                    "capacity_rps": cap_rps if status == "ok" else None,
                                    "point_run_id": point.run_id if status == "ok" else None,
                                    "usd_per_hour": 0.085, "trials": [trial(cap_rps, True)]})
