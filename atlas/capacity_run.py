@@ -105,6 +105,8 @@ def search_capacity(spec: SweepSpec, cfg: RunConfig, ladder: list[RunResult],
         why = f"meets the SLO at no rate: {'; '.join(low.why)} already at {low.rate_rps:g} rps"
         if low.in_flight is not None and low.in_flight < 1:
             why += f" ({low.in_flight:.2f} requests in flight on average: the engine all but idle)"
+        elif low.rate_rps / search.step < cap.min_rps:
+            why += f" (lower rates are not searched: capacity.min_rps is {cap.min_rps:g})"
         return record.model_copy(update={"status": "no_capacity", "reasons": [why]}), points
     at = by_run.get(next(t.run_id for t in trials if t.rate_rps == lo and t.passed))
     assert at is not None and at.metrics is not None

@@ -328,3 +328,24 @@ def test_no_energy_counter_is_null_with_the_reason_never_zero():
     e = EnergyResult(reason=why)
     assert e.j_per_output_token is None and e.joules is None
     assert math.isfinite(CapacityResult.model_fields["capacity_rps"].default or 0.0)
+
+
+def test_search_capacity_stops_at_the_floor_and_says_so():
+    """Driven by a stand-in measure: every rate misses the TPOT target with the engine busy (2 in flight)."""
+    from atlas.capacity_run import search_capacity
+
+    spec = parse_spec({**SPEC, "capacity": {"min_rps": 0.5, "start_rps": 1.0}})
+    cfg = expand(spec, get_gpu("cpu"))[0].config
+    seen = []
+
+    def measure(planned):
+        rate = planned.config.load.rate_rps
+        seen.append(rate)
+        r = point_result(spec, rate, e2e=4000.0 * 2 / rate)
+        return r.model_copy(update={"run_id": planned.run_id, "config": planned.config})
+
+    record, points = search_capacity(spec, cfg, [], measure)
+    assert seen == [1.0, 0.5] and len(points) == 2 and record.status == "no_capacity"
+    assert "TPOT p50" in record.reasons[0] and "already at 0.5 rps" in record.reasons[0]
+    assert record.reasons[0].endswith("(lower rates are not searched: capacity.min_rps is 0.5)")
+    assert record.guess_from == "the spec's start rate" and [t.rate_rps for t in record.trials] == [1.0, 0.5]
