@@ -15,6 +15,7 @@ from atlas.config import CapacitySpec, LoadPoint, SweepSpec
 from atlas.energy import EnergyResult
 from atlas.goodput import Goodput
 from atlas.knobs import LoadMode
+from atlas.metrics import LoadSummary
 from atlas.plan import RunConfig
 from atlas.slo import SloSpec
 
@@ -76,6 +77,19 @@ class CapacityResult(_M):
         if not self.capacity_rps:
             return None
         return max(1, math.ceil(traffic_rps / self.capacity_rps - 1e-9))
+
+
+def cost_at_capacity(capacity_rps: float, summary: LoadSummary, usd_per_hour: float | None) -> dict[str, float | None]:
+    """$ per million output and total tokens when serving at the capacity rate: capacity x the point's mean
+    output (and prompt) tokens per request. Not the point's window throughput: over a 10-second Poisson window that
+    swings +-20% with the arrivals drawn, and a config with the higher capacity came out dearer."""
+    def per_million(tok_s: float | None) -> float | None:
+        return None if not usd_per_hour or not tok_s else usd_per_hour / (tok_s * 3600.0) * 1e6
+
+    out = capacity_rps * summary.mean_output_tokens if summary.mean_output_tokens else None
+    prompt = summary.mean_prompt_tokens
+    return {"usd_per_hour": usd_per_hour, "usd_per_m_output_tokens": per_million(out),
+            "usd_per_m_total_tokens": per_million(None if out is None or prompt is None else out + capacity_rps * prompt)}
 
 
 def round_rate(r: float) -> float:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from atlas.capacity import CapacityResult, CapacitySearch, Trial, rate_point
+from atlas.capacity import CapacityResult, CapacitySearch, Trial, cost_at_capacity, rate_point
 from atlas.config import SweepSpec
 from atlas.plan import PlannedRun, RunConfig
 from atlas.quality import QualityResult
@@ -126,7 +126,5 @@ def search_capacity(spec: SweepSpec, cfg: RunConfig, ladder: list[RunResult],
         "reasons": notes, "capacity_rps": lo, "upper_rps": hi,
         "achieved_precision": None if hi is None else (hi - lo) / hi, "point_run_id": at.run_id,
         "goodput": at.goodput, "requests_s": m.requests_s, "output_tok_s": m.output_tok_s, "latency_ms": latency,
-        "usd_per_hour": at.cost.usd_per_hour if at.cost else None,
-        "usd_per_m_output_tokens": at.cost.usd_per_m_output_tokens if at.cost else None,
-        "usd_per_m_total_tokens": at.cost.usd_per_m_total_tokens if at.cost else None,
+        **cost_at_capacity(lo, m, at.cost.usd_per_hour if at.cost else None),
         "energy": at.energy}), points

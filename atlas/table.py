@@ -114,6 +114,7 @@ def capacity_frame(capacities: list[CapacityResult], results: list[RunResult],
         if c.status == "ok" and point is None:
             reasons.append(f"the point at capacity ({c.point_run_id}) is not among the results")
         replicas = c.replicas_for(traffic_rps) if traffic_rps else None
+        row.update(usd_per_m_output=c.usd_per_m_output_tokens, usd_per_m_total=c.usd_per_m_total_tokens)  # at capacity
         row.update(status=status, reason="; ".join(reasons), label=c.label, source=c.source,
                    server_key=c.server_key, load=f"capacity {c.capacity_rps:g} rps" if c.capacity_rps else "—",
                    capacity_rps=c.capacity_rps, upper_rps=c.upper_rps, measurements=len(c.trials),

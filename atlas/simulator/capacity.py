@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from atlas.capacity import CapacityResult, rate_point, round_rate
+from atlas.capacity import CapacityResult, cost_at_capacity, rate_point, round_rate
 from atlas.capacity_run import Guess, capacity_record
 from atlas.config import SweepSpec
 from atlas.hardware import GpuSpec
@@ -105,9 +105,7 @@ def predict_capacity(artifact: CalibrationArtifact, spec: SweepSpec, cfg: RunCon
     return record.model_copy(update={
         "capacity_rps": capacity, "interval_rps": (round_rate(low) if low else 0.0, round_rate(max(high, mid))),
         "simulation": how, "requests_s": m.requests_s, "output_tok_s": m.output_tok_s, "latency_ms": latency,
-        "usd_per_hour": at.cost.usd_per_hour if at.cost else None,
-        "usd_per_m_output_tokens": at.cost.usd_per_m_output_tokens if at.cost else None,
-        "usd_per_m_total_tokens": at.cost.usd_per_m_total_tokens if at.cost else None})
+        **cost_at_capacity(capacity, m, at.cost.usd_per_hour if at.cost else None)})
 
 
 def simulator_guess(artifact: CalibrationArtifact, spec: SweepSpec, price_provider: str | None = None):  # type: ignore[no-untyped-def]

@@ -54,7 +54,9 @@ def test_capacity_of_a_known_service_curve_is_found_within_the_precision(searche
     assert at.records_file and at.config.load.rate_rps == cap.capacity_rps and at.status == "ok"
     assert at.metrics.value("tpot_p50_ms") <= T and cap.latency_ms["tpot_p50_ms"] == at.metrics.value("tpot_p50_ms")
     assert cap.goodput is not None and cap.goodput.attainment is not None and cap.goodput.attainment >= 0.5
-    assert cap.usd_per_m_output_tokens == pytest.approx(at.cost.usd_per_m_output_tokens)
+    # priced at the capacity rate (capacity x tokens per request), not at the window's realized throughput
+    assert cap.usd_per_m_output_tokens == pytest.approx(
+        at.cost.usd_per_hour / (cap.capacity_rps * at.metrics.mean_output_tokens * 3600) * 1e6)
     assert cap.energy is not None and cap.energy.j_per_output_token is None and "CPU" in cap.energy.reason
     assert cap.guess_from and "within the SLO" in cap.guess_from  # the ladder's c=2 point gave the first guess
 

@@ -205,7 +205,11 @@ def point_result(spec, rate, status="ok", tok_s=100.0, e2e=100.0, acc=0.5, lo=0.
 def capacity_of(spec, point, cap_rps, status="ok"):
     from atlas.capacity_run import capacity_record
 
+    from atlas.capacity import cost_at_capacity
+
     rec_ = capacity_record(spec, point.config, status, [] if status == "ok" else ["meets the SLO at no rate"])
+    if status == "ok":
+        rec_ = rec_.model_copy(update=cost_at_capacity(cap_rps, point.metrics, 0.085))
     return rec_.model_copy(update={
                                    "capacity_rps": cap_rps if status == "ok" else None,
                                    "point_run_id": point.run_id if status == "ok" else None,
@@ -349,3 +353,15 @@ def test_search_capacity_stops_at_the_floor_and_says_so():
     assert "TPOT p50" in record.reasons[0] and "already at 0.5 rps" in record.reasons[0]
     assert record.reasons[0].endswith("(lower rates are not searched: capacity.min_rps is 0.5)")
     assert record.guess_from == "the spec's start rate" and [t.rate_rps for t in record.trials] == [1.0, 0.5]
+
+
+def test_cost_at_capacity_follows_the_capacity_not_the_window():
+    """Serving at 2 req/s of 8 output tokens on a $0.085/h machine: 16 tok/s, whatever the point's window drew."""
+    from atlas.capacity import cost_at_capacity
+
+    spec = parse_spec(SPEC)
+    p = point_result(spec, 2.0, tok_s=11.0)  # a window that happened to see fewer arrivals
+    c = cost_at_capacity(2.0, p.metrics, 0.085)
+    assert c["usd_per_m_output_tokens"] == pytest.approx(0.085 / (2.0 * 8 * 3600) * 1e6)
+    assert c["usd_per_m_total_tokens"] == pytest.approx(0.085 / (2.0 * (8 + 10) * 3600) * 1e6)
+    assert cost_at_capacity(2.0, p.metrics, None)["usd_per_m_output_tokens"] is None
