@@ -203,9 +203,8 @@ def point_result(spec, rate, status="ok", tok_s=100.0, e2e=100.0, acc=0.5, lo=0.
 
 
 def capacity_of(spec, point, cap_rps, status="ok"):
-    from atlas.capacity_run import capacity_record
-
     from atlas.capacity import cost_at_capacity
+    from atlas.capacity_run import capacity_record
 
     rec_ = capacity_record(spec, point.config, status, [] if status == "ok" else ["meets the SLO at no rate"])
     if status == "ok":
