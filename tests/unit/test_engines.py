@@ -138,4 +138,4 @@ def test_every_vllm_argv_parses_with_the_installed_vllms_own_parser(tmp_path: Pa
                 assert engine.argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
                 parser.parse_args(engine.argv[3:])  # exits (SystemExit) on an unknown flag
                 seen += 1
-    assert seen > 100
+    assert seen >= 90  # 72 reference points on an H100 (the calibrated ones from a checkpoint) + the CPU default
