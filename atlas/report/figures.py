@@ -96,25 +96,26 @@ def _capacity_star(fig: go.Figure, xs: list[float], ys: list[float], texts: list
 
 
 def latency_vs_rate(points: pd.DataFrame, caps: pd.DataFrame, metric: str, limit: float) -> go.Figure:
-    """Each config's open-loop rates: measured request rate against a latency the SLO targets, the SLO as a
-    dashed line and each capacity as a star (the highest rate that met the whole SLO with a valid point)."""
+    """Each config's open-loop rates: the offered arrival rate (what capacity is defined on; a short Poisson
+    window realizes a rate that differs from it) against a latency the SLO targets, the SLO as a dashed line and
+    each capacity as a star (the highest rate that met the whole SLO with a valid point)."""
     fig = go.Figure()
-    rated = points[points["rate_rps"].notna() & points[metric].notna() & points["requests_s"].notna()]
+    rated = points[points["rate_rps"].notna() & points[metric].notna()]
     for i, (label, sub) in enumerate(rated.groupby("server", sort=True)):
         sub = sub.sort_values("rate_rps")
-        fig.add_trace(go.Scatter(x=sub["requests_s"], y=sub[metric], mode="lines+markers", name=html.escape(label),
+        fig.add_trace(go.Scatter(x=sub["rate_rps"], y=sub[metric], mode="lines+markers", name=html.escape(label),
                                  line={"color": _COLORS[i % len(_COLORS)]},
                                  marker={"symbol": np.where(sub["status"] == "ok", "circle", "x").tolist()},
-                                 hovertext=[f"{html.escape(str(r))} rps offered · {html.escape(str(s))}"
-                                            for r, s in zip(sub["rate_rps"], sub["status"], strict=True)],
-                                 hoverinfo="text+y"))
+                                 hovertext=[f"measured {r:.3g} req/s · {html.escape(str(s))}"
+                                            for r, s in zip(sub["requests_s"], sub["status"], strict=True)],
+                                 hoverinfo="text+x+y"))
     at = caps[caps["capacity_rps"].notna() & caps[metric].notna()] if len(caps) else caps
     if len(at):
-        _capacity_star(fig, at["requests_s"].tolist(), at[metric].tolist(),
+        _capacity_star(fig, at["capacity_rps"].tolist(), at[metric].tolist(),
                        [f"{html.escape(str(lb))}: {c:g} rps" for lb, c in zip(at["label"], at["capacity_rps"], strict=True)])
     fig.add_hline(y=limit, line_dash="dash", line_color="#d62728", annotation_text=f"SLO {limit:g} ms")
-    fig.update_layout(title=f"{metric_label(metric)} vs measured request rate (open loop)",
-                      xaxis_title="measured request rate (req/s)", yaxis_title=metric_label(metric),
+    fig.update_layout(title=f"{metric_label(metric)} vs offered arrival rate (open loop)",
+                      xaxis_title="offered arrival rate (req/s)", yaxis_title=metric_label(metric),
                       template="plotly_white", height=440, legend={"font": {"size": 10}})
     return fig
 
