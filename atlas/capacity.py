@@ -7,7 +7,7 @@ normal load point (its own run id, raw records, intervals, verdict)."""
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -18,6 +18,9 @@ from atlas.knobs import LoadMode
 from atlas.metrics import LoadSummary
 from atlas.plan import RunConfig
 from atlas.slo import SloSpec
+
+if TYPE_CHECKING:
+    from atlas.results import RunResult
 
 CAPACITY_SCHEMA = 1
 UNLOADED = 0.5  # a rate whose requests in flight average below this (rate x p50 E2E) is "no load at all"
@@ -51,8 +54,7 @@ class CapacityResult(_M):
     status: Literal["ok", "no_capacity", "not_searched", "failed"]
     reasons: list[str] = []
     slo: SloSpec
-    precision: float  # asked for
-    settings: CapacitySpec | None = None  # the search's settings (--resume searches again when they change)
+    settings: CapacitySpec  # the search's settings (--resume searches again when they change)
     mode: str  # arrival model of the rates tried
     capacity_rps: float | None = None  # highest rate that met the SLO with a valid point
     upper_rps: float | None = None  # lowest rate above it that did not (None: none found)
@@ -72,6 +74,11 @@ class CapacityResult(_M):
     interval_rps: tuple[float, float] | None = None  # simulated: capacity's interval from the held-out error
     simulation: str | None = None  # simulated: how it was predicted
 
+    @property
+    def precision(self) -> float:
+        """The precision the search was asked for."""
+        return self.settings.precision
+
     def replicas_for(self, traffic_rps: float) -> int | None:
         """GPUs (replicas of this config) needed to serve `traffic_rps` within the SLO."""
         if not self.capacity_rps:
@@ -90,6 +97,20 @@ def cost_at_capacity(capacity_rps: float, summary: LoadSummary, usd_per_hour: fl
     prompt = summary.mean_prompt_tokens
     return {"usd_per_hour": usd_per_hour, "usd_per_m_output_tokens": per_million(out),
             "usd_per_m_total_tokens": per_million(None if out is None or prompt is None else out + capacity_rps * prompt)}
+
+
+LATENCIES_AT_CAPACITY = ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p90_ms", "tpot_p99_ms",
+                         "itl_p99_ms", "e2e_p50_ms", "e2e_p90_ms", "e2e_p99_ms")
+
+
+def at_capacity(capacity_rps: float, point: RunResult) -> dict[str, Any]:
+    """A capacity record's fields from the (measured or simulated) point at capacity: throughput, latency
+    percentiles, goodput, energy and the cost of serving at that rate."""
+    m = point.metrics
+    assert m is not None
+    return {"requests_s": m.requests_s, "output_tok_s": m.output_tok_s, "goodput": point.goodput,
+            "energy": point.energy, "latency_ms": {n: m.value(n) for n in LATENCIES_AT_CAPACITY},
+            **cost_at_capacity(capacity_rps, m, point.cost.usd_per_hour if point.cost else None)}
 
 
 def round_rate(r: float) -> float:

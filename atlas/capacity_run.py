@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from atlas.capacity import CapacityResult, CapacitySearch, Trial, cost_at_capacity, rate_point
+from atlas.capacity import CapacityResult, CapacitySearch, Trial, at_capacity, rate_point
 from atlas.config import SweepSpec
 from atlas.plan import PlannedRun, RunConfig
 from atlas.quality import QualityResult
@@ -50,7 +50,7 @@ def capacity_record(spec: SweepSpec, cfg: RunConfig, status: str, reasons: list[
     assert spec.slo is not None
     return CapacityResult(sweep=spec.name, server_key=cfg.server_key(), label=cfg.server.label(), engine=cfg.engine,
                           gpu=cfg.gpu, config=cfg, status=status, reasons=reasons, slo=spec.slo,  # type: ignore[arg-type]
-                          precision=spec.capacity.precision, settings=spec.capacity,
+                          settings=spec.capacity,
                           mode=rate_point(spec, 1.0).mode.value)
 
 
@@ -88,10 +88,9 @@ def search_capacity(spec: SweepSpec, cfg: RunConfig, ladder: list[RunResult],
         result = measure(PlannedRun(run_id=c.run_id(), config=c))
         points.append(result)
         by_run[result.run_id] = result
-        if result.status == "failed":  # the engine died or could not be verified: nothing more to learn
-            trials.append(trial_of(result, spec))
-            break
         trials.append(t := trial_of(result, spec))
+        if result.status == "failed":  # the engine died or could not be verified: nothing more to learn
+            break
         say(f"capacity {cfg.server.label()}: {rate:g} rps {'meets' if t.passed else 'misses'} the SLO"
             + ("" if t.passed else f" ({'; '.join(t.why)[:140]})"))
     record = capacity_record(spec, cfg, "ok", []).model_copy(update={
@@ -119,12 +118,6 @@ def search_capacity(spec: SweepSpec, cfg: RunConfig, ladder: list[RunResult],
                      f"({cap.max_measurements} rates) was spent first")
     if trials[-1].status == "failed":
         notes.append(f"the search stopped early: {'; '.join(trials[-1].why)}")
-    m = at.metrics
-    latency = {n: m.value(n) for n in ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p90_ms",
-                                       "tpot_p99_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p90_ms", "e2e_p99_ms")}
     return record.model_copy(update={
-        "reasons": notes, "capacity_rps": lo, "upper_rps": hi,
-        "achieved_precision": None if hi is None else (hi - lo) / hi, "point_run_id": at.run_id,
-        "goodput": at.goodput, "requests_s": m.requests_s, "output_tok_s": m.output_tok_s, "latency_ms": latency,
-        **cost_at_capacity(lo, m, at.cost.usd_per_hour if at.cost else None),
-        "energy": at.energy}), points
+        "reasons": notes, "capacity_rps": lo, "upper_rps": hi, "point_run_id": at.run_id,
+        "achieved_precision": None if hi is None else (hi - lo) / hi, **at_capacity(lo, at)}), points

@@ -226,7 +226,7 @@ def _site(results_dir: Path, out: Path, objectives: list[str], slo: list[str], s
           traffic_rps: float | None) -> None:
     from atlas.frontier import compute_frontier
     from atlas.report.inputs import sweep_inputs
-    from atlas.report.site import build_site
+    from atlas.report.site import build_site, fmt
     from atlas.table import capacity_frame, results_frame
 
     try:
@@ -252,7 +252,7 @@ def _site(results_dir: Path, out: Path, objectives: list[str], slo: list[str], s
             for c in ["label", *extra, *[o.metric for o in sw.objectives]]:
                 t.add_column(c)
             for _, row in fr[fr["on_frontier"]].iterrows():
-                t.add_row(str(row["label"]), *[_cell(row[c]) for c in [*extra, *[o.metric for o in sw.objectives]]])
+                t.add_row(str(row["label"]), *[fmt(row[c]) for c in [*extra, *[o.metric for o in sw.objectives]]])
             console.print(t)
             excluded = fr[~fr["eligible"]]
             if len(excluded):
@@ -262,10 +262,6 @@ def _site(results_dir: Path, out: Path, objectives: list[str], slo: list[str], s
                 console.print("no capacity records: frontier over load points (give the spec an `slo:` to compare "
                               "configurations at their capacity)")
         console.print(f"report: {index}")
-
-
-def _cell(v: object) -> str:
-    return "—" if v is None or (isinstance(v, float) and v != v) else (f"{v:.4g}" if isinstance(v, float) else str(v))
 
 
 @app.command()

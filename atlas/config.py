@@ -119,7 +119,7 @@ class GateSpec(Frozen):
 
 class CapacitySpec(Frozen):
     """The search for each server config's capacity under the spec's SLO: the highest open-loop arrival rate at
-    which the SLO holds and the point is valid (docs/capacity.md)."""
+    which the SLO holds and the point is valid (docs/metrics.md, "SLOs, goodput and capacity")."""
 
     enabled: bool | None = Field(None, description="default: on when the spec has an slo")
     precision: float = Field(0.10, gt=0.0, lt=1.0, description=(

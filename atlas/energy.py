@@ -36,9 +36,6 @@ class NvmlEnergy:
     def read_j(self) -> float:
         return sum(self.nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in self.handles) / 1000.0
 
-    def close(self) -> None:
-        self.nvml.nvmlShutdown()
-
 
 def energy_meter(is_cpu: bool, nvml: Any | None = None) -> tuple[NvmlEnergy | None, str | None]:
     """The meter for this sweep's hardware, or (None, why there is none)."""

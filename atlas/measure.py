@@ -139,8 +139,8 @@ class PointMeasurer:
             samples = joules.finish() if joules is not None else []
         after = engine.scrape_metrics()
         server_metrics.update(counter_deltas(before, after))
-        energy = (energy_of(samples, runs, meter.source, joules.error if joules is not None else None)
-                  if meter is not None else EnergyResult(reason=no_energy))
+        energy = (energy_of(samples, runs, meter.source, joules.error) if joules is not None
+                  else EnergyResult(reason=no_energy))
         return _Driven(runs, [summarize_load(r) for r in runs], before, after, server_metrics, fit_warnings, reset,
                        engine.verify(), energy)
 

@@ -9,7 +9,7 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -190,6 +190,16 @@ def _validated(model: type[Any], data: dict[str, Any], path: Path, what: str, ch
     return out
 
 
+def _load_or_none(path: Path, load: Callable[[Path], Any]) -> Any:
+    """What `load` reads from `path`, or None when there is no such file or it cannot be read."""
+    if not path.exists():
+        return None
+    try:
+        return load(path)
+    except ResultError:
+        return None
+
+
 def load_result_file(path: Path) -> RunResult:
     data = migrate(_read_object(path, "result file"), str(path))
     checked = {k: data.get(k) for k in ("metrics", "repeats", "cost", "wall_s", "goodput", "energy")}
@@ -232,9 +242,7 @@ class ResultStore:
         return r if r is not None and r.status in DONE_STATUSES and r.source == "measured" else None
 
     def _to_history(self, earlier: RunResult) -> None:
-        hist = self.dir / HISTORY
-        hist.mkdir(parents=True, exist_ok=True)
-        stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{time.time_ns() % 1_000_000:06d}"
+        hist, stamp = self._history()
         if earlier.records_file and (self.dir / earlier.records_file).exists():
             os.replace(self.dir / earlier.records_file, hist / f"{earlier.run_id}.{stamp}.records.jsonl.gz")
         os.replace(self.path(earlier.run_id), hist / f"{earlier.run_id}.{stamp}.json")
@@ -252,23 +260,21 @@ class ResultStore:
             return earlier
         try:
             if earlier is not None:
-                hist = self.dir / HISTORY
-                hist.mkdir(parents=True, exist_ok=True)
-                os.replace(path, hist / f"{record.server_key}.{time.strftime('%Y%m%dT%H%M%S')}"
-                                        f"-{time.time_ns() % 1_000_000:06d}{CAPACITY_SUFFIX}")
+                hist, stamp = self._history()
+                os.replace(path, hist / f"{record.server_key}.{stamp}{CAPACITY_SUFFIX}")
             _atomic_write_bytes(path, record.model_dump_json(indent=1).encode())
         except OSError as e:
             raise ResultError(f"{path}: cannot write the capacity record: {e.strerror or e}") from None
         return record
 
     def get_capacity(self, server_key: str) -> CapacityResult | None:
-        p = self.capacity_path(server_key)
-        if not p.exists():
-            return None
-        try:
-            return load_capacity_file(p)
-        except ResultError:
-            return None
+        return _load_or_none(self.capacity_path(server_key), load_capacity_file)  # type: ignore[no-any-return]
+
+    def _history(self) -> tuple[Path, str]:
+        """The history/ folder (made) and a time stamp for the file names of what moves into it."""
+        hist = self.dir / HISTORY
+        hist.mkdir(parents=True, exist_ok=True)
+        return hist, time.strftime("%Y%m%dT%H%M%S") + f"-{time.time_ns() % 1_000_000:06d}"
 
     def check_writable(self) -> None:
         """Raises a one-line ResultError when results cannot be written here (a file in the way, a
@@ -282,13 +288,7 @@ class ResultStore:
             raise ResultError(f"{self.dir}: cannot write results there: {e.strerror or e}") from None
 
     def get(self, run_id: str) -> RunResult | None:
-        p = self.path(run_id)
-        if not p.exists():
-            return None
-        try:
-            return load_result_file(p)
-        except ResultError:
-            return None
+        return _load_or_none(self.path(run_id), load_result_file)  # type: ignore[no-any-return]
 
     def is_complete(self, run_id: str, config: RunConfig) -> bool:
         """--resume keeps a result only when it is readable, current, finished and for this exact config."""

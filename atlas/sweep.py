@@ -214,17 +214,16 @@ class Sweeper:
     def _run_group(self, group: list[PlannedRun]) -> list[RunResult]:
         server = group[0].config.server
         key = server.numerics().key
-        if self.resume and all(self.store.is_complete(p.run_id, p.config) for p in group) and self._capacity_done(group):
+        done = self._finished_capacity(group)
+        if self.resume and all(self.store.is_complete(p.run_id, p.config) for p in group) and done is not False:
             kept = [r for r in (self.store.get(p.run_id) for p in group) if r is not None]
             if kept and kept[0].quality and key not in self.quality_by_key:
                 self.quality_by_key[key] = kept[0].quality
                 if server.engine not in self.baselines and server.numerics().is_baseline_candidate:
                     self.baselines[server.engine] = (server.label(), kept[0].quality)
             self.done += len(kept) + (self.spec.capacity.max_measurements if self.spec.capacity_on() else 0)
-            if self.spec.capacity_on():
-                record = self.store.get_capacity(group[0].config.server_key())
-                assert record is not None
-                self.capacities.append(record)
+            if done is not True:  # its capacity record (True: the spec searches no capacity)
+                self.capacities.append(done)
             self._emit("server", f"resume: kept {len(kept)} points of {server.label()}")
             return kept
         opened = self._open(group[0].config)
@@ -242,13 +241,17 @@ class Sweeper:
         finally:
             self.close()
 
-    def _capacity_done(self, group: list[PlannedRun]) -> bool:
-        """--resume: whether this server's capacity search finished under the same SLO and settings."""
+    def _finished_capacity(self, group: list[PlannedRun]) -> CapacityResult | bool:
+        """--resume: this server's capacity record when its search finished under the same SLO and settings,
+        False when it did not, True when the spec searches no capacity."""
         if not self.spec.capacity_on():
             return True
+        if not self.resume:  # a new run searches again: nothing to read
+            return False
         r = self.store.get_capacity(group[0].config.server_key())
-        return (r is not None and r.status in ("ok", "no_capacity", "not_searched") and r.slo == self.spec.slo
+        done = (r is not None and r.status in ("ok", "no_capacity", "not_searched") and r.slo == self.spec.slo
                 and r.settings == self.spec.capacity)
+        return r if done and r is not None else False
 
     def _capacity(self, live: _Live, group: list[PlannedRun], ladder: list[RunResult]) -> list[RunResult]:
         """The capacity search of this server config on its live engine; its points."""

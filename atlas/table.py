@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import Enum
+from typing import Any
 
 import pandas as pd
 
@@ -68,24 +69,26 @@ def _plain(v: object) -> object:
     return v.value if isinstance(v, Enum) else v
 
 
+def result_row(r: RunResult) -> dict[str, Any]:
+    """One result as a flat row: identity, knobs, numerics, load and every metric by its name."""
+    s, lp = r.config.server, r.config.load
+    n = s.numerics()
+    knobs = s.knob_values()
+    row = {"run_id": r.run_id, "sweep": r.sweep, "source": r.source, "status": r.status,
+           "reason": "; ".join(r.reasons), "label": r.label, "gpu": r.config.gpu, "engine": r.config.engine,
+           "model": r.config.model.id, **{k: _plain(knobs.get(k)) for k in KNOB_COLUMNS},
+           "numerics": n.label(), "baseline_candidate": n.is_baseline_candidate, "numerics_rank": n.rank,
+           "scheduling": s.scheduling(), "slots": s.slots,
+           "load": lp.label(), "concurrency": lp.concurrency, "rate_rps": lp.rate_rps, "server": s.label(),
+           "warnings": "; ".join(r.metrics.warnings) if r.metrics else "",
+           "extrapolated": bool(r.simulation.extrapolated) if r.simulation else None}
+    for name, (_, _, get) in METRICS.items():
+        row[name] = get(r)
+    return row
+
+
 def results_frame(results: list[RunResult]) -> pd.DataFrame:
-    rows = []
-    for r in results:
-        s, lp = r.config.server, r.config.load
-        n = s.numerics()
-        knobs = s.knob_values()
-        row = {"run_id": r.run_id, "sweep": r.sweep, "source": r.source, "status": r.status,
-               "reason": "; ".join(r.reasons), "label": r.label, "gpu": r.config.gpu, "engine": r.config.engine,
-               "model": r.config.model.id, **{k: _plain(knobs.get(k)) for k in KNOB_COLUMNS},
-               "numerics": n.label(), "baseline_candidate": n.is_baseline_candidate, "numerics_rank": n.rank,
-               "scheduling": s.scheduling(), "slots": s.slots,
-               "load": lp.label(), "concurrency": lp.concurrency, "rate_rps": lp.rate_rps, "server": s.label(),
-               "warnings": "; ".join(r.metrics.warnings) if r.metrics else "",
-               "extrapolated": bool(r.simulation.extrapolated) if r.simulation else None}
-        for name, (_, _, get) in METRICS.items():
-            row[name] = get(r)
-        rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame([result_row(r) for r in results])
 
 
 # Columns of a capacity row beyond the point's own (metrics at capacity): name -> (label, unit)
@@ -108,7 +111,7 @@ def capacity_frame(capacities: list[CapacityResult], results: list[RunResult],
         point = by_id.get(c.point_run_id or "")
         base = point if point is not None else RunResult(run_id=c.server_key, sweep=c.sweep, status="skipped",
                                                          label=c.label, config=c.config, source=c.source)
-        row = results_frame([base]).iloc[0].to_dict()
+        row = result_row(base)
         status = c.status if c.status != "ok" else (point.status if point is not None else "failed")
         reasons = [*c.reasons, *(point.reasons if point is not None and point.status != "ok" else [])]
         if c.status == "ok" and point is None:

@@ -89,8 +89,10 @@ def speedup_bars(speedups: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def _capacity_star(fig: go.Figure, xs: list[float], ys: list[float], texts: list[str]) -> None:
-    fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name="capacity under the SLO",
+def _capacity_star(fig: go.Figure, at: pd.DataFrame, xs: pd.Series, ys: pd.Series) -> None:
+    """Each config's capacity (rows of `at`) as a star at (xs, ys)."""
+    texts = [f"{html.escape(str(lb))}: {c:g} rps" for lb, c in zip(at["label"], at["capacity_rps"], strict=True)]
+    fig.add_trace(go.Scatter(x=xs.tolist(), y=ys.tolist(), mode="markers", name="capacity under the SLO",
                              marker={"symbol": "star", "size": 16, "color": "#d62728", "line": {"width": 1}},
                              hovertext=texts, hoverinfo="text"))
 
@@ -111,8 +113,7 @@ def latency_vs_rate(points: pd.DataFrame, caps: pd.DataFrame, metric: str, limit
                                  hoverinfo="text+x+y"))
     at = caps[caps["capacity_rps"].notna() & caps[metric].notna()] if len(caps) else caps
     if len(at):
-        _capacity_star(fig, at["capacity_rps"].tolist(), at[metric].tolist(),
-                       [f"{html.escape(str(lb))}: {c:g} rps" for lb, c in zip(at["label"], at["capacity_rps"], strict=True)])
+        _capacity_star(fig, at, at["capacity_rps"], at[metric])
     fig.add_hline(y=limit, line_dash="dash", line_color="#d62728", annotation_text=f"SLO {limit:g} ms")
     fig.update_layout(title=f"{metric_label(metric)} vs offered arrival rate (open loop)",
                       xaxis_title="offered arrival rate (req/s)", yaxis_title=metric_label(metric),
@@ -132,8 +133,7 @@ def interactivity(points: pd.DataFrame, caps: pd.DataFrame) -> go.Figure:
                                  hovertext=[html.escape(str(x)) for x in sub["load"]], hoverinfo="text+x+y"))
     at = caps[caps["capacity_rps"].notna() & caps["tpot_p50_ms"].notna()] if len(caps) else caps
     if len(at):
-        _capacity_star(fig, at["output_tok_s"].tolist(), (1000.0 / at["tpot_p50_ms"]).tolist(),
-                       [f"{html.escape(str(lb))}: {c:g} rps" for lb, c in zip(at["label"], at["capacity_rps"], strict=True)])
+        _capacity_star(fig, at, at["output_tok_s"], 1000.0 / at["tpot_p50_ms"])
     fig.update_layout(title="Interactivity: tokens/s per user vs tokens/s per GPU", template="plotly_white",
                       xaxis_title="output tokens/s per GPU", yaxis_title="tokens/s per user (1000 / p50 TPOT)",
                       height=440, legend={"font": {"size": 10}})

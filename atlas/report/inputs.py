@@ -7,10 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from atlas.capacity import CapacityResult
-from atlas.config import SpecError, SweepSpec, parse_spec
+from atlas.config import SpecError, SweepSpec, load_spec
 from atlas.frontier import Objective, default_objectives
 from atlas.results import ResultError, RunResult, load_capacities, load_results
 from atlas.slo import SloSpec
@@ -32,8 +30,8 @@ def _spec_beside(results_dir: Path, name: str) -> tuple[SweepSpec | None, str | 
         path = folder / "sweep-spec.yaml"
         if path.is_file():
             try:
-                return parse_spec(yaml.safe_load(path.read_text()), str(path)), None
-            except (SpecError, yaml.YAMLError, OSError) as e:
+                return load_spec(path), None
+            except SpecError as e:
                 return None, f"{path}: not used ({str(e)[:200]}); default objectives and no SLO"
     return None, None
 

@@ -46,12 +46,13 @@ def safe_json(obj: object) -> str:
 
 def _env() -> Environment:
     env = Environment(loader=PackageLoader("atlas", "report/templates"), autoescape=select_autoescape(["html"]))
-    env.filters["fmt"] = _fmt
+    env.filters["fmt"] = fmt
     env.filters["mlabel"] = metric_label
     return env
 
 
-def _fmt(v: object, digits: int = 4) -> str:
+def fmt(v: object, digits: int = 4) -> str:
+    """A table cell: '—' for a missing value, 4 significant digits for a number, yes/no for a flag."""
     if v is None or (isinstance(v, float) and pd.isna(v)):
         return "—"
     if isinstance(v, bool):
@@ -182,8 +183,7 @@ def build_site(results: list[RunResult], out_dir: Path | str, *, title: str,
 
     page(fr, "index.html", title, caps=fc if cap_view else None)
     for g in gpus:
-        page(fr[fr["gpu"] == g], f"gpu-{g}.html", f"{title} — {g}",
-             caps=fc[fc["gpu"] == g] if cap_view and len(fc) else (fc if cap_view else None))
+        page(fr[fr["gpu"] == g], f"gpu-{g}.html", f"{title} — {g}", caps=fc[fc["gpu"] == g] if cap_view else None)
     if cap_view:
         (out / "servers").mkdir(exist_ok=True)
         ctpl = env.get_template("capacity.html")
@@ -197,7 +197,7 @@ def build_site(results: list[RunResult], out_dir: Path | str, *, title: str,
                 cfigs.append(_fig(interactivity(pts, mine)))
             (out / "servers" / f"{c.server_key}.html").write_text(ctpl.render(
                 **common, prefix="../", c=c, row=mine.iloc[0].to_dict() if len(mine) else {}, figures=cfigs,
-                known={r.run_id for r in results}))
+                known=by_id))
     tpl = env.get_template("config.html")
     for rec in fr.to_dict("records") if len(fr) else []:
         r = by_id[rec["run_id"]]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from atlas.capacity import CapacityResult, cost_at_capacity, rate_point, round_rate
+from atlas.capacity import CapacityResult, at_capacity, rate_point, round_rate
 from atlas.capacity_run import Guess, capacity_record
 from atlas.config import SweepSpec
 from atlas.hardware import GpuSpec
@@ -94,18 +94,14 @@ def predict_capacity(artifact: CalibrationArtifact, spec: SweepSpec, cfg: RunCon
     low, high = p.capacity(1.0) or 0.0, p.capacity(-1.0) or mid
     capacity = round_rate(mid)
     at = p.at(capacity)
-    m = at.metrics
-    assert m is not None and at.simulation is not None
+    assert at.simulation is not None
     info = at.simulation
     how = (f"simulated with {info.artifact} (calibrated on {info.calibrated_on}); interval from the held-out error "
            f"of each targeted latency" + (f"; extrapolated: {'; '.join(info.extrapolation_reasons)}"
                                            if info.extrapolated else ""))
-    latency = {n: m.value(n) for n in ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p90_ms",
-                                       "tpot_p99_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p90_ms", "e2e_p99_ms")}
     return record.model_copy(update={
         "capacity_rps": capacity, "interval_rps": (round_rate(low) if low else 0.0, round_rate(max(high, mid))),
-        "simulation": how, "requests_s": m.requests_s, "output_tok_s": m.output_tok_s, "latency_ms": latency,
-        **cost_at_capacity(capacity, m, at.cost.usd_per_hour if at.cost else None)})
+        "simulation": how, **at_capacity(capacity, at)})
 
 
 def simulator_guess(artifact: CalibrationArtifact, spec: SweepSpec, price_provider: str | None = None):  # type: ignore[no-untyped-def]
