@@ -6,13 +6,14 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from atlas.engines.knobs_base import drop_flat_defaults
 from atlas.engines.registry import ADAPTERS, DEFAULT_ENGINE, AnyGrid, engine_kinds
 from atlas.knobs import MAX_REQUESTS, MAX_SECONDS, MAX_STREAMS, MAX_TOKENS, LoadMode
 from atlas.models import Frozen, LateFields
 from atlas.slo import SloSpec
+from atlas.workloads.spec import FixedWorkload, TraceWorkload, Workload
 
 
 class SpecError(ValueError):
@@ -55,7 +56,7 @@ class ModelSpec(LateFields):
         return self
 
 
-class LoadShape(Frozen):
+class LoadShape(LateFields):
     """How each load point is driven and judged (shared by all levels)."""
 
     mode: LoadMode = LoadMode.CLOSED
@@ -74,6 +75,26 @@ class LoadShape(Frozen):
     prompt_seed: int = Field(0, ge=0, lt=2**63)
     arrival_seed: int = Field(1, ge=0, lt=2**63)
     repeats: int = Field(3, ge=1, le=100)
+    workload: Workload | None = Field(None, description=(
+        "what the requests are (docs/workloads.md); default fixed: every prompt prompt_tokens long, every "
+        "answer output_tokens"))
+    _late_fields: ClassVar[tuple[str, ...]] = ("workload",)
+
+    @field_validator("workload", mode="after")
+    @classmethod
+    def _fixed_is_default(cls, w: Any) -> Any:
+        return None if isinstance(w, FixedWorkload) else w  # `kind: fixed` plans the same run ids as no workload
+
+    @model_validator(mode="after")
+    def _trace_mode(self) -> LoadShape:
+        is_trace = isinstance(self.workload, TraceWorkload)
+        if (self.mode == LoadMode.TRACE) != is_trace:
+            raise ValueError("a trace workload is replayed with load.mode: trace (arrivals come from the trace), "
+                             "and load.mode trace needs a trace workload")
+        return self
+
+    def workload_kind(self) -> str:
+        return self.workload.kind if self.workload is not None else "fixed"
 
 
 class LoadSpec(LoadShape):
@@ -90,6 +111,9 @@ class LoadSpec(LoadShape):
         if self.mode == LoadMode.CLOSED:
             if not self.concurrency or min(self.concurrency) < 1:
                 raise ValueError("load.concurrency needs at least one level >= 1 in closed mode")
+        elif self.mode == LoadMode.TRACE:
+            if self.rate_rps:
+                raise ValueError("load.rate_rps: a trace sets its own arrivals; give workload.time_scale levels")
         elif not self.rate_rps or min(self.rate_rps) <= 0:
             raise ValueError(f"load.rate_rps needs at least one level > 0 in {self.mode.value} mode")
         return self
@@ -105,9 +129,13 @@ class LoadPoint(LoadShape):
     rate_rps: float | None = None
 
     def label(self) -> str:
+        kind = "" if self.workload is None else f" {self.workload.kind.replace('_', '-')}"
         if self.mode == LoadMode.CLOSED:
-            return f"c={self.concurrency}"
-        return f"{self.mode.value} {self.rate_rps:g} rps"
+            return f"c={self.concurrency}{kind}"
+        if self.mode == LoadMode.TRACE:
+            assert isinstance(self.workload, TraceWorkload)
+            return f"trace x{self.workload.scales()[0]:g}"
+        return f"{self.mode.value} {self.rate_rps:g} rps{kind}"
 
 
 class GateSpec(Frozen):
@@ -209,7 +237,7 @@ class SweepSpec(Frozen):
         if not self.grids():
             raise ValueError("grid: needs at least one grid")
         need = self.load.prompt_tokens + self.load.output_tokens
-        if need > self.model.max_model_len:
+        if self.load.workload is None and need > self.model.max_model_len:
             raise ValueError(f"load: prompt_tokens + output_tokens = {need} exceeds model.max_model_len "
                              f"{self.model.max_model_len}")
         return self

@@ -13,12 +13,16 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import aiohttp
 import numpy as np
 
 from atlas.config import LoadPoint
 from atlas.knobs import LoadMode
+
+if TYPE_CHECKING:
+    from atlas.workloads.requests import PlannedRequest, RequestPlan
 
 # Short common English words: about one tokenizer token each for BPE vocabularies.
 WORDS = ("the of and to in is for on that by this with you it not or be are from at as your all have new more "
@@ -48,6 +52,9 @@ class RequestRecord:
     output_tokens: int = 0  # counted from the stream
     usage_output_tokens: int | None = None  # from the server's final usage
     requested_tokens: int = 0
+    session: int | None = None  # sessions: which conversation, and which of its turns
+    turn: int | None = None
+    cached_tokens: int | None = None  # prompt tokens the server says it took from its cache (where it says)
     status: str = "pending"  # ok | http_<code> | timeout | connection_error | incomplete_stream | protocol_error
     error: str | None = None
 
@@ -103,7 +110,8 @@ class _Client:
                  clock: Callable[[], float]):
         self.session, self.url, self.model, self.point, self.clock = session, url, model, point, clock
 
-    async def send(self, rec: RequestRecord, prompt: str) -> None:
+    async def send(self, rec: RequestRecord, prompt: str, answer: list[str] | None = None) -> None:
+        """Sends one request and records its stream; `answer` collects the streamed text (sessions)."""
         body = {"model": self.model, "prompt": prompt, "max_tokens": rec.requested_tokens,
                 "min_tokens": rec.requested_tokens, "ignore_eos": True, "temperature": 0.0, "stream": True,
                 "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
@@ -119,7 +127,7 @@ class _Client:
                             rec.status = f"http_{resp.status}"
                             rec.error = (await resp.text())[:300]
                             return
-                        await self._read_stream(resp, rec)
+                        await self._read_stream(resp, rec, answer)
                         return
                 except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as e:
                     # A pooled keep-alive connection the server had already closed (llama-server does): the
@@ -137,7 +145,8 @@ class _Client:
         finally:
             rec.done_s = self.clock()
 
-    async def _read_stream(self, resp: aiohttp.ClientResponse, rec: RequestRecord) -> None:
+    async def _read_stream(self, resp: aiohttp.ClientResponse, rec: RequestRecord,
+                           answer: list[str] | None = None) -> None:
         clock = self.clock
         done = False
         async for raw in resp.content:
@@ -162,6 +171,12 @@ class _Client:
             text = choices[0].get("text", "") if choices else ""
             if usage:
                 rec.prompt_tokens = usage.get("prompt_tokens", rec.prompt_tokens)
+                details = usage.get("prompt_tokens_details")
+                if isinstance(details, dict) and details.get("cached_tokens") is not None:
+                    rec.cached_tokens = int(details["cached_tokens"])  # OpenAI's field (vLLM, newer llama.cpp)
+            timings = msg.get("timings")
+            if isinstance(timings, dict) and timings.get("cache_n") is not None:
+                rec.cached_tokens = int(timings["cache_n"])  # llama-server: prompt tokens reused from the slot
             if not choices:  # the final usage-only chunk
                 if usage:
                     rec.usage_output_tokens = usage.get("completion_tokens")
@@ -177,6 +192,8 @@ class _Client:
                 n = 1 if text else 0
             if n <= 0:
                 continue
+            if answer is not None:
+                answer.append(text)
             if rec.first_token_s is None:
                 rec.first_token_s = now
             rec.token_times_s.append(now)
@@ -196,16 +213,26 @@ def requests_of(point: LoadPoint) -> int:
     return point.num_requests + (point.warmup_requests if point.mode == LoadMode.CLOSED else 0)
 
 
+def fixed_plan(prompts: list[str], point: LoadPoint) -> RequestPlan:
+    from atlas.workloads.requests import PlannedRequest, RequestPlan
+
+    return RequestPlan("fixed", [PlannedRequest(p, point.output_tokens, point.prompt_tokens) for p in prompts])
+
+
 async def run_load(base_url: str, model: str, point: LoadPoint, *, seed_offset: int = 0,
-                   fresh_connections: bool = False, prompts: list[str] | None = None) -> LoadRun:
+                   fresh_connections: bool = False, prompts: list[str] | None = None,
+                   plan: RequestPlan | None = None) -> LoadRun:
     """Drive one load point against an OpenAI-compatible /v1/completions endpoint. `fresh_connections`:
     one TCP connection per request, for servers that close kept-alive connections (llama-server).
-    `prompts`: the texts to send (one per request; e.g. fitted to the served tokenizer), else word prompts."""
+    `plan`: the requests to send (atlas.workloads.requests); else `prompts` (one per request, the point's
+    fixed lengths), else seeded word prompts."""
     n = requests_of(point)
-    if prompts is None:
-        prompts = make_prompts(n, point.prompt_tokens, point.prompt_seed + seed_offset)
-    elif len(prompts) != n:
-        raise ValueError(f"{len(prompts)} prompts for {n} requests")
+    if plan is None:
+        if prompts is None:
+            prompts = make_prompts(n, point.prompt_tokens, point.prompt_seed + seed_offset)
+        elif len(prompts) != n:
+            raise ValueError(f"{len(prompts)} prompts for {n} requests")
+        plan = fixed_plan(prompts, point)
     t0 = time.perf_counter()
 
     def clock() -> float:
@@ -216,24 +243,39 @@ async def run_load(base_url: str, model: str, point: LoadPoint, *, seed_offset: 
     timeout = aiohttp.ClientTimeout(total=point.request_timeout_s)
     url = base_url.rstrip("/") + "/v1/completions"
     started = time.time()
-    records: list[RequestRecord] = []
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         client = _Client(session, url, model, point, clock)
-        drain = None
+        drain, offered = None, None
         if point.mode == LoadMode.CLOSED:
-            records, drain = await _closed_loop(client, point, prompts, clock)
-            offered = None
-        else:
+            if plan.sessions:
+                records, drain = await _closed_sessions(client, point, plan.requests, clock)
+            else:
+                records, drain = await _closed_loop(client, point, plan.requests, clock)
+        elif plan.sessions:
             assert point.rate_rps is not None
-            sched = arrival_schedule(point.mode, point.rate_rps, n, point.arrival_seed + seed_offset,
-                                     point.burstiness)
-            records = await _open_loop(client, point, prompts, sched, clock)
+            records = await _open_sessions(client, point, plan.requests, clock, seed_offset)
             offered = point.rate_rps
+        else:
+            if point.mode == LoadMode.TRACE:
+                sched = np.array([r.arrival_s or 0.0 for r in plan.requests])
+                span = float(sched[-1] - sched[0]) if len(sched) > 1 else 0.0
+                offered = (len(sched) - 1) / span if span > 0 else None
+            else:
+                assert point.rate_rps is not None
+                sched = arrival_schedule(point.mode, point.rate_rps, len(plan.requests),
+                                         point.arrival_seed + seed_offset, point.burstiness)
+                offered = point.rate_rps
+            records = await _open_loop(client, point, plan.requests, sched, clock)
     return LoadRun(point=point, records=records, started_at_unix=started, wall_s=clock(), offered_rate_rps=offered,
                    drain_s=drain)
 
 
-async def _closed_loop(client: _Client, point: LoadPoint, prompts: list[str],
+def _record(i: int, phase: str, scheduled: float, req: PlannedRequest) -> RequestRecord:
+    return RequestRecord(index=i, phase=phase, scheduled_s=scheduled, requested_tokens=req.output_tokens,
+                         session=req.session, turn=req.turn)
+
+
+async def _closed_loop(client: _Client, point: LoadPoint, reqs: list[PlannedRequest],
                        clock: Callable[[], float]) -> tuple[list[RequestRecord], float]:
     assert point.concurrency is not None
     records: list[RequestRecord] = []
@@ -242,13 +284,12 @@ async def _closed_loop(client: _Client, point: LoadPoint, prompts: list[str],
 
     async def worker() -> None:
         nonlocal next_index
-        while next_index < len(prompts):
+        while next_index < len(reqs):
             i = next_index
             next_index += 1
-            phase = "warmup" if i < point.warmup_requests else "measure"
-            rec = RequestRecord(index=i, phase=phase, scheduled_s=clock(), requested_tokens=point.output_tokens)
+            rec = _record(i, "warmup" if i < point.warmup_requests else "measure", clock(), reqs[i])
             records.append(rec)
-            await client.send(rec, prompts[i])
+            await client.send(rec, reqs[i].prompt)
         first_idle.append(clock())
 
     await asyncio.gather(*(worker() for _ in range(point.concurrency)))
@@ -257,18 +298,112 @@ async def _closed_loop(client: _Client, point: LoadPoint, prompts: list[str],
     return records, min(first_idle)
 
 
-async def _open_loop(client: _Client, point: LoadPoint, prompts: list[str], sched: np.ndarray,
+def _by_session(reqs: list[PlannedRequest]) -> list[list[tuple[int, PlannedRequest]]]:
+    """(index, request) of each session's turns, sessions in plan order."""
+    out: dict[int | None, list[tuple[int, PlannedRequest]]] = {}
+    for i, r in enumerate(reqs):
+        out.setdefault(r.session, []).append((i, r))
+    return list(out.values())
+
+
+class _Conversation:
+    """The text a session has said so far; each turn's prompt is all of it, then the turn."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def prompt(self, req: PlannedRequest) -> str:
+        from atlas.workloads.requests import SESSION_TURN
+
+        self.text += (req.system if req.turn == 0 else "") + SESSION_TURN.format(text=req.prompt)
+        return self.text
+
+    def answered(self, answer: list[str]) -> None:
+        self.text += "".join(answer) + "\n"
+
+
+async def _closed_sessions(client: _Client, point: LoadPoint, reqs: list[PlannedRequest],
+                           clock: Callable[[], float]) -> tuple[list[RequestRecord], float]:
+    """Each stream runs whole sessions back to back, a turn as soon as the previous answer ends."""
+    assert point.concurrency is not None
+    sessions = _by_session(reqs)
+    records: list[RequestRecord] = []
+    next_session = 0
+    first_idle: list[float] = []
+
+    async def worker() -> None:
+        nonlocal next_session
+        while next_session < len(sessions):
+            turns = sessions[next_session]
+            next_session += 1
+            conv = _Conversation()
+            for i, req in turns:
+                rec = _record(i, "warmup" if i < point.warmup_requests else "measure", clock(), req)
+                records.append(rec)
+                answer: list[str] = []
+                await client.send(rec, conv.prompt(req), answer)
+                if rec.status != "ok":
+                    break  # the conversation cannot go on without its answer; later turns are not sent
+                conv.answered(answer)
+        first_idle.append(clock())
+
+    await asyncio.gather(*(worker() for _ in range(point.concurrency)))
+    records.sort(key=lambda r: r.index)
+    return records, min(first_idle)
+
+
+def _phase(t: float, point: LoadPoint, horizon: float) -> str:
+    if t < point.warmup_s:
+        return "warmup"
+    if point.cooldown_s and t > horizon - point.cooldown_s:
+        return "cooldown"
+    return "measure"
+
+
+async def _open_sessions(client: _Client, point: LoadPoint, reqs: list[PlannedRequest],
+                         clock: Callable[[], float], seed_offset: int) -> list[RequestRecord]:
+    """Sessions start at rate_rps / (mean turns per session) on the point's arrival process; each later turn is
+    scheduled its think time after the previous answer ends, and its latency runs from then."""
+    assert point.rate_rps is not None
+    sessions = _by_session(reqs)
+    starts = arrival_schedule(point.mode, point.rate_rps * len(sessions) / len(reqs), len(sessions),
+                              point.arrival_seed + seed_offset, point.burstiness)
+    horizon = float(starts[-1]) if len(starts) else 0.0
+    records: list[RequestRecord] = []
+    gate = asyncio.Semaphore(point.max_in_flight) if point.max_in_flight else None
+
+    async def run_session(turns: list[tuple[int, PlannedRequest]], start: float) -> None:
+        conv = _Conversation()
+        at = start
+        for i, req in turns:
+            if req.turn:
+                at = clock() + req.think_s
+            delay = at - clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            rec = _record(i, _phase(at, point, horizon), at, req)
+            records.append(rec)
+            answer: list[str] = []
+            if gate is None:
+                await client.send(rec, conv.prompt(req), answer)
+            else:
+                async with gate:
+                    await client.send(rec, conv.prompt(req), answer)
+            if rec.status != "ok":
+                break
+            conv.answered(answer)
+
+    await asyncio.gather(*(run_session(turns, float(t)) for turns, t in zip(sessions, starts.tolist(), strict=True)))
+    records.sort(key=lambda r: r.index)
+    return records
+
+
+async def _open_loop(client: _Client, point: LoadPoint, reqs: list[PlannedRequest], sched: np.ndarray,
                      clock: Callable[[], float]) -> list[RequestRecord]:
     horizon = float(sched[-1]) if len(sched) else 0.0
     gate = asyncio.Semaphore(point.max_in_flight) if point.max_in_flight else None
-    records = []
-    for i, t in enumerate(sched.tolist()):
-        phase = "measure"
-        if t < point.warmup_s:
-            phase = "warmup"
-        elif point.cooldown_s and t > horizon - point.cooldown_s:
-            phase = "cooldown"
-        records.append(RequestRecord(index=i, phase=phase, scheduled_s=t, requested_tokens=point.output_tokens))
+    records = [_record(i, _phase(t, point, horizon), t, req)
+               for i, (t, req) in enumerate(zip(sched.tolist(), reqs, strict=True))]
 
     async def fire(rec: RequestRecord, prompt: str) -> None:
         if gate is None:
@@ -278,10 +413,10 @@ async def _open_loop(client: _Client, point: LoadPoint, prompts: list[str], sche
             await client.send(rec, prompt)
 
     tasks = []
-    for rec, prompt in zip(records, prompts, strict=True):
+    for rec, req in zip(records, reqs, strict=True):
         delay = rec.scheduled_s - clock()
         if delay > 0:
             await asyncio.sleep(delay)  # lateness here is counted: latency runs from the schedule
-        tasks.append(asyncio.create_task(fire(rec, prompt)))
+        tasks.append(asyncio.create_task(fire(rec, req.prompt)))
     await asyncio.gather(*tasks)
     return records

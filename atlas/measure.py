@@ -27,10 +27,11 @@ from atlas.point_checks import (
     pooled_summary,
     served_check,
 )
-from atlas.prompt_fit import exact_prompts
 from atlas.provenance import now_iso
 from atlas.quality import QualityResult
 from atlas.results import Extension, Provenance, RunResult
+from atlas.reuse import PrefixReuse, prefix_reuse
+from atlas.workloads.requests import RequestPlan, WorkloadInfo, plan_info, plan_requests
 
 
 @dataclass
@@ -45,6 +46,8 @@ class _Driven:
     reset: bool | None
     identity: str | None
     energy: EnergyResult
+    workload: WorkloadInfo
+    reuse: PrefixReuse
 
 
 class PointMeasurer:
@@ -53,7 +56,7 @@ class PointMeasurer:
 
     def __init__(self, spec: SweepSpec, gpu: GpuSpec, provider: str | None, note: Callable[[str], None]):
         self.spec, self.gpu, self.provider, self.note = spec, gpu, provider, note
-        self._prompt_cache: dict[tuple[str, int, int, int], Any] = {}
+        self._plans: dict[tuple[str, str, int, int], RequestPlan] = {}
         self._energy: tuple[Any, str | None] | None = None
 
     def measure(self, engine: Engine, planned: PlannedRun, quality: QualityResult | str | None,
@@ -114,12 +117,13 @@ class PointMeasurer:
                            provenance=prov.model_copy(update={"finished_at": now_iso()}),
                            wall_s=time.monotonic() - t0, extended=extended, energy=d.energy,
                            goodput=goodput(runs, self.spec.slo) if self.spec.slo else None,
+                           workload=d.workload if cfg.load.workload is not None else None, prefix_reuse=d.reuse,
                            log_tail=engine.log_tail(40) if status == "failed" else [])
         return result, records
 
     def _drive(self, engine: Engine, cfg: RunConfig, load: LoadPoint) -> _Driven:
         """Runs the load's repeats against the engine, with /metrics and energy read around them."""
-        prompts, fit_warnings = self._prompts(engine, cfg.engine, load)
+        plans, fit_warnings = self._plans_for(engine, cfg, load)
         reset = engine.reset_prefix_cache()
         meter, no_energy = self._energy_meter()
         before = engine.scrape_metrics()
@@ -133,7 +137,7 @@ class PointMeasurer:
             for k in range(load.repeats):
                 runs.append(run_sync(run_load(engine.base_url, engine.served_model, load, seed_offset=k,
                                               fresh_connections=engine.fresh_connections,
-                                              prompts=prompts[k])))
+                                              plan=plans[k])))
         finally:
             server_metrics = sampler.result()
             samples = joules.finish() if joules is not None else []
@@ -141,25 +145,27 @@ class PointMeasurer:
         server_metrics.update(counter_deltas(before, after))
         energy = (energy_of(samples, runs, meter.source, joules.error) if joules is not None
                   else EnergyResult(reason=no_energy))
+        reuse = prefix_reuse(server_metrics, runs, plans[0].structural_reuse())
         return _Driven(runs, [summarize_load(r) for r in runs], before, after, server_metrics, fit_warnings, reset,
-                       engine.verify(), energy)
+                       engine.verify(), energy, plan_info(plans[0]), reuse)
 
     def _energy_meter(self) -> tuple[Any, str | None]:
         if self._energy is None:
             self._energy = energy_meter(self.gpu.is_cpu)
         return self._energy
 
-    def _prompts(self, engine: Engine, kind: str, load: LoadPoint) -> tuple[list[list[str]], list[str]]:
-        """Each repeat's prompts, fitted to the served tokenizer (kept for the points of one engine kind and
-        prompt seed: the same model's tokenizer counts them the same way)."""
-        out: list[list[str]] = []
+    def _plans_for(self, engine: Engine, cfg: RunConfig, load: LoadPoint) -> tuple[list[RequestPlan], list[str]]:
+        """Each repeat's request list, planned from the workload with the served tokenizer (kept for the points
+        of one engine kind: the same model's tokenizer counts them the same way)."""
+        out: list[RequestPlan] = []
         warnings: list[str] = []
+        workload = load.workload.model_dump_json() if load.workload is not None else "fixed"
         for k in range(load.repeats):
-            key = (kind, requests_of(load), load.prompt_tokens, load.prompt_seed + k)
-            if key not in self._prompt_cache:
-                self._prompt_cache[key] = exact_prompts(key[1], key[2], key[3], engine.count_tokens)
-            prompts, fit = self._prompt_cache[key]
-            out.append(prompts)
-            if (w := fit.warning()) and w not in warnings:
-                warnings.append(w)
+            n = requests_of(load)
+            key = (cfg.engine, f"{workload}|{load.prompt_tokens}|{load.output_tokens}", n, load.prompt_seed + k)
+            if key not in self._plans:
+                self._plans[key] = plan_requests(load, n, k, cfg.model.max_model_len, engine.count_tokens)
+            plan = self._plans[key]
+            out.append(plan)
+            warnings += [w for w in plan.warnings if w not in warnings]
         return out, warnings

@@ -67,6 +67,7 @@ class LoadSummary(_M):
     achieved_rate_rps: float | None
     mean_output_tokens: float | None
     mean_prompt_tokens: float | None = None  # from the server's usage: the prompt length really sent
+    ttft_p50_by_turn_ms: dict[str, float] | None = None  # sessions: median TTFT of each turn ("0", "1", ...)
     valid: bool
     invalid_reasons: list[str]
     warnings: list[str]
@@ -242,8 +243,8 @@ def summarize_load(run: LoadRun, intervals: bool = True) -> LoadSummary:
         warnings.append(f"{len(mismatched)} requests: tokens counted from the stream differ from the server's usage")
     off_len = [r for r in ok if not 0.9 * r.requested_tokens <= r.output_tokens <= 1.1 * r.requested_tokens]
     if off_len:
-        warnings.append(f"{len(off_len)} requests: output length outside 90-110% of the {pt.output_tokens} requested")
-    if mean_prompt is not None and abs(mean_prompt - pt.prompt_tokens) > 0.5:
+        warnings.append(f"{len(off_len)} requests: output length outside 90-110% of the tokens requested")
+    if pt.workload is None and mean_prompt is not None and abs(mean_prompt - pt.prompt_tokens) > 0.5:
         warnings.append(f"prompt length: the server counted {mean_prompt:.1f} prompt tokens on average, "
                         f"not the {pt.prompt_tokens} configured")
     bad_acc = [r for r in ok if accounting_error_ms(r) > 1.0]
@@ -261,8 +262,17 @@ def summarize_load(run: LoadRun, intervals: bool = True) -> LoadSummary:
         queue_ms=summarize(((r.sent_s - r.scheduled_s) * 1e3 for r in counted if r.sent_s is not None), intervals),
         output_tok_s=output_tok_s, input_tok_s=input_tok_s, requests_s=requests_s, offered_rate_rps=run.offered_rate_rps,
         achieved_rate_rps=achieved[1] if achieved else None, mean_output_tokens=mean_out, mean_prompt_tokens=mean_prompt,
-        valid=not reasons, invalid_reasons=reasons, warnings=warnings,
+        valid=not reasons, invalid_reasons=reasons, warnings=warnings, ttft_p50_by_turn_ms=ttft_by_turn(ok),
     )
+
+
+def ttft_by_turn(ok: Sequence[RequestRecord]) -> dict[str, float] | None:
+    """Median TTFT per session turn (turn 0 has no history; later turns carry the conversation so far)."""
+    by: dict[int, list[float]] = {}
+    for r in ok:
+        if r.turn is not None and (v := ttft_ms(r)) is not None:
+            by.setdefault(r.turn, []).append(v)
+    return {str(t): float(np.median(v)) for t, v in sorted(by.items())} or None
 
 
 def repeat_stat(values: Sequence[float | None], cv_limit: float = 0.10) -> RepeatStat:

@@ -16,6 +16,8 @@ from atlas.engines.registry import ADAPTERS, DEFAULT_ENGINE, ServerKnobs, adapte
 from atlas.hardware import GpuSpec
 from atlas.knobs import LoadMode
 from atlas.numerics import Numerics
+from atlas.workloads.requests import pinned
+from atlas.workloads.spec import TraceWorkload
 
 DESCRIPTIVE_MODEL_FIELDS = ("params_b", "num_layers", "num_kv_heads", "head_dim")
 
@@ -104,10 +106,16 @@ def server_grid(spec: SweepSpec) -> list[tuple[str, ServerKnobs]]:
 
 
 def load_points(spec: SweepSpec) -> list[LoadPoint]:
-    shape = spec.load.shape().model_dump()
+    """The spec's load levels; a file workload's file is read and its sha256 pinned here (WorkloadError)."""
+    shape = spec.load.shape()
+    workload = pinned(shape.workload)
+    base = shape.model_copy(update={"workload": workload}).model_dump()
     if spec.load.mode == LoadMode.CLOSED:
-        return [LoadPoint(**shape, concurrency=c) for c in spec.load.concurrency]
-    return [LoadPoint(**shape, rate_rps=r) for r in spec.load.rate_rps]
+        return [LoadPoint(**base, concurrency=c) for c in spec.load.concurrency]
+    if spec.load.mode == LoadMode.TRACE:
+        assert isinstance(workload, TraceWorkload)
+        return [LoadPoint(**{**base, "workload": {**base["workload"], "time_scale": s}}) for s in workload.scales()]
+    return [LoadPoint(**base, rate_rps=r) for r in spec.load.rate_rps]
 
 
 def infeasible_reason(spec: SweepSpec, gpu: GpuSpec, s: ServerKnobs, caps: Caps = None) -> str | None:

@@ -21,6 +21,8 @@ from atlas.goodput import Goodput
 from atlas.metrics import LoadSummary, RepeatStat
 from atlas.plan import RunConfig, SkippedRun
 from atlas.quality import QualityResult
+from atlas.reuse import PrefixReuse
+from atlas.workloads.requests import WorkloadInfo
 
 SCHEMA_VERSION = 1
 HISTORY = "history"  # earlier measurements of re-measured points: kept, never loaded as current results
@@ -108,6 +110,8 @@ class RunResult(_M):
     goodput: Goodput | None = None  # against the sweep's SLO, when it has one
     energy: EnergyResult | None = None  # GPUs' energy over the steady window (null with the reason elsewhere)
     extended: Extension | None = None  # the point was measured again with more requests (too short at first)
+    workload: WorkloadInfo | None = None  # what the point's workload planned (None: fixed, before workloads)
+    prefix_reuse: PrefixReuse | None = None  # the engine's prefix-cache hits on this point
 
 
 def skipped_result(item: SkippedRun, sweep: str) -> RunResult:

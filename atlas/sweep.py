@@ -117,7 +117,6 @@ class Sweeper:
         self.done = 0
         self.total = 0
         self.models = ModelResolver(spec, lambda message: self._emit("note", message))
-        self._prompt_cache: dict[tuple[str, int, int, int], Any] = {}
         self._sha = git_sha()
         self.capacity_guess = capacity_guess
         self.capacities: list[CapacityResult] = []

@@ -52,7 +52,7 @@ def build_argv(server: LlamaCppKnobs, gguf: str, *, binary: str, served_name: st
 
 SCRAPED = ("llamacpp:requests_processing", "llamacpp:requests_deferred", "llamacpp:n_decode_total",
            "llamacpp:n_busy_slots_per_decode", "llamacpp:kv_cache_usage_ratio", "llamacpp:kv_cache_tokens",
-           "llamacpp:tokens_predicted_total")
+           "llamacpp:tokens_predicted_total", "llamacpp:prompt_tokens_total")
 
 
 def server_version(binary: Path) -> str | None:

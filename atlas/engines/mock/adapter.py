@@ -51,6 +51,8 @@ class MockAdapter:
         fast = 0.5 if s.kv_cache_dtype == MockKV.FP8 else (0.8 if s.quantization == MockWeights.INT4 else 1.0)
         opts = MockOptions(ttft_ms=s.ttft_ms * fast, itl_ms=s.itl_ms * fast, model=spec.model.id,
                            itl_per_running_ms=(s.itl_per_running_ms or 0.0) * fast,
+                           prefix_cache=bool(s.enable_prefix_caching),
+                           prefill_ms_per_token=(s.prefill_ms_per_token or 0.0) * fast,
                            answers="garbage" if s.kv_cache_dtype == MockKV.FP8 else "oracle",
                            degrade=0.2 if s.quantization == MockWeights.INT4 else 0.0)
         return MockEngine(opts, log_path, port=spec.port, startup_timeout_s=spec.startup_timeout_s)

@@ -31,7 +31,8 @@ class MockEngine(VllmApi):
 
     name = "mock"
     served_tokens_metric = "vllm:generation_tokens_total"
-    scraped = ("vllm:num_requests_running", "vllm:num_preemptions_total", "vllm:generation_tokens_total")
+    scraped = ("vllm:num_requests_running", "vllm:num_preemptions_total", "vllm:generation_tokens_total",
+               "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", "vllm:prompt_tokens_total")
 
     def __init__(self, opts: MockOptions, log_path: Path, port: int | None = None, startup_timeout_s: float = 30):
         opts = replace(opts, model=launch_name(opts.model))

@@ -33,7 +33,14 @@ class MockKnobs(EngineKnobs):
     itl_ms: float = Field(10.0, ge=0.0, le=60_000.0, description="injected gap between tokens")
     itl_per_running_ms: float | None = Field(None, ge=0.0, le=60_000.0, description=(
         "added to every gap for each other request in flight: latency that grows with load"))
-    _late_fields: ClassVar[tuple[str, ...]] = ("itl_per_running_ms",)
+    enable_prefix_caching: bool | None = Field(None, description="a vLLM-like prefix cache (blocks of 16 words)")
+    prefill_ms_per_token: float | None = Field(None, ge=0.0, le=60_000.0, description=(
+        "added to the TTFT for each prompt token not found in the prefix cache"))
+    _late_fields: ClassVar[tuple[str, ...]] = ("itl_per_running_ms", "enable_prefix_caching", "prefill_ms_per_token")
+
+    @property
+    def prefix_caching(self) -> bool:
+        return bool(self.enable_prefix_caching)
 
     def numerics(self) -> Numerics:
         return Numerics(engine="mock", dtype=None, weights=self.quantization.value, kv=self.kv_cache_dtype.value,
@@ -44,6 +51,8 @@ class MockKnobs(EngineKnobs):
 
     def label(self) -> str:
         load = f" +{self.itl_per_running_ms:g}/running" if self.itl_per_running_ms else ""
+        load += f" prefill:{self.prefill_ms_per_token:g}/tok" if self.prefill_ms_per_token else ""
+        load += " prefix-cache" if self.enable_prefix_caching else ""
         return (f"mock w:{self.quantization.value} kv:{self.kv_cache_dtype.value} seqs:{self.max_num_seqs} "
                 f"ttft:{self.ttft_ms:g} itl:{self.itl_ms:g}{load}")
 

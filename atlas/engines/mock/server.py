@@ -6,7 +6,11 @@ on an absolute schedule (no drift); with `itl_per_running_ms` each other stream 
 every gap, a service curve whose capacity under an SLO is known in closed form (tests/integration/
 test_capacity_mock.py). Faults: an HTTP 503 rate, a global stall of `stall_s` seconds when
 request number `stall_at_request` arrives, usage counts off by `usage_delta`, streams cut short, and the
-whole process exiting after `die_after_requests`. Chat answers come from the eval sets: correct
+whole process exiting after `die_after_requests`. With `prefix_cache` on, the mock keeps vLLM's kind of prefix
+cache (full blocks of `block_tokens` words, keyed by everything before them; emptied by /reset_prefix_cache),
+counts its hits and queries in vLLM's /metrics names, says `cached_tokens` in the usage, and adds
+`prefill_ms_per_token` to the TTFT for each prompt token it did not find cached, so a workload's prefix reuse
+has a known effect. Chat answers come from the eval sets: correct
 ('oracle'), wrong on a fraction (`degrade`), fast garbage, or empty.
 """
 
@@ -45,6 +49,9 @@ class MockOptions:
     model: str = "mock"
     reset_busy: int = 0  # the first N prefix-cache resets answer {"success": false}, as vLLM does while busy
     startup_delay_s: float = 0.0  # sleep before binding the port, as a real engine loads its model first
+    prefix_cache: bool = False
+    block_tokens: int = 16
+    prefill_ms_per_token: float = 0.0  # added to the TTFT per prompt token not found in the prefix cache
 
 
 class MockServer:
@@ -56,6 +63,10 @@ class MockServer:
         self.generated = 0  # tokens streamed to load requests (not to readiness probes)
         self.resets = 0
         self.paused_until = 0.0
+        self.blocks: set[int] = set()  # prefix-cache blocks: hash of every word up to the block's end
+        self.cache_hits = 0
+        self.cache_queries = 0
+        self.prompt_tokens = 0
         self.answers: dict[str, tuple[str, str, list[str] | None]] = {}
         for name in builtin_sets():
             for it in load_set(name):
@@ -84,7 +95,27 @@ class MockServer:
 
     async def reset_prefix_cache(self, request: web.Request) -> web.Response:
         self.resets += 1
-        return web.json_response({"success": self.resets > self.opts.reset_busy})
+        ok = self.resets > self.opts.reset_busy
+        if ok:
+            self.blocks.clear()
+        return web.json_response({"success": ok})
+
+    def cached_prefix(self, prompt: str) -> int:
+        """Prompt tokens found in the prefix cache (whole blocks from the start, as vLLM finds them); the
+        prompt's full blocks are cached afterwards. 0 when the cache is off."""
+        words = prompt.split()
+        if not self.opts.prefix_cache:
+            return 0
+        b = max(1, self.opts.block_tokens)
+        hit, h, missed = 0, 0, False
+        for end in range(b, len(words) + 1, b):
+            h = hash((h, tuple(words[end - b:end])))
+            if not missed and h in self.blocks:
+                hit = end
+            else:
+                missed = True
+                self.blocks.add(h)
+        return hit
 
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"data": [{"id": self.opts.model}]})
@@ -92,6 +123,9 @@ class MockServer:
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(text=f"vllm:num_requests_running {self.running}\nvllm:num_preemptions_total 0\n"
                                  f"vllm:generation_tokens_total {self.generated}\n"
+                                 f"vllm:prompt_tokens_total {self.prompt_tokens}\n"
+                                 f"vllm:prefix_cache_hits_total {self.cache_hits}\n"
+                                 f"vllm:prefix_cache_queries_total {self.cache_queries}\n"
                                  f"atlas_mock_requests_total {self.count}\n")
 
     def _admit(self, request: web.Request) -> web.Response | None:
@@ -143,19 +177,24 @@ class MockServer:
         if not body.get("stream"):
             return web.json_response({"choices": [{"index": 0, "text": " tok" * n_tokens}],
                                       "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n_tokens}})
+        cached = self.cached_prefix(prompt)
+        self.prompt_tokens += prompt_tokens
+        if self.opts.prefix_cache:
+            self.cache_queries += prompt_tokens
+            self.cache_hits += cached
         self.running += 1
         try:
-            return await self._stream(request, arrival, n_tokens, prompt_tokens)
+            return await self._stream(request, arrival, n_tokens, prompt_tokens, cached)
         finally:
             self.running -= 1
 
     async def _stream(self, request: web.Request, arrival: float, n_tokens: int,
-                      prompt_tokens: int) -> web.StreamResponse:
+                      prompt_tokens: int, cached: int = 0) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         cut_at = n_tokens // 2 if self.opts.cut_stream_rate and self.rng.random() < self.opts.cut_stream_rate else -1
         k = self.opts.tokens_per_chunk
-        t = arrival + self.opts.ttft_ms / 1e3
+        t = arrival + (self.opts.ttft_ms + self.opts.prefill_ms_per_token * (prompt_tokens - cached)) / 1e3
         sent = 0
         while sent < n_tokens:
             t = await self._wait_until(t)
@@ -172,7 +211,8 @@ class MockServer:
                 return resp
             t += (self.opts.itl_ms + self.opts.itl_per_running_ms * max(0, self.running - 1)) / 1e3
         usage = {"choices": [], "usage": {"prompt_tokens": prompt_tokens,
-                                          "completion_tokens": sent + self.opts.usage_delta}}
+                                          "completion_tokens": sent + self.opts.usage_delta,
+                                          "prompt_tokens_details": {"cached_tokens": cached}}}
         await resp.write(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
         await resp.write_eof()
         return resp
@@ -217,7 +257,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
     for f in fields(MockOptions):
-        ap.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+        kind = (lambda v: v.lower() in ("1", "true", "yes")) if isinstance(f.default, bool) else type(f.default)
+        ap.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=f.default)
     ns = vars(ap.parse_args(argv))
     host, port = ns.pop("host"), ns.pop("port")
     opts = MockOptions(**ns)

@@ -78,6 +78,7 @@ def parse_capacity(lines: list[str]) -> dict:  # type: ignore[type-arg]
 
 SCRAPED = ("vllm:num_preemptions_total", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
            "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:prefix_cache_hits_total",
+           "vllm:prefix_cache_queries_total", "vllm:prompt_tokens_total",
            "vllm:generation_tokens_total", "vllm:request_success_total")
 
 

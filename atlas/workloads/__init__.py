@@ -1,0 +1,1 @@
+"""Workloads: what requests a load point sends (docs/workloads.md)."""
