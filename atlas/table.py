@@ -11,6 +11,7 @@ import pandas as pd
 from atlas.capacity import CapacityResult
 from atlas.engines.registry import KNOB_MODELS
 from atlas.results import RunResult
+from atlas.workloads.spec import describe
 
 
 def _pct(attr: str, p: int, part: str = "value") -> Callable[[RunResult], float | None]:
@@ -45,6 +46,9 @@ METRICS: dict[str, tuple[str, str, Callable[[RunResult], float | None]]] = {
                         lambda r: r.cost.usd_per_m_total_tokens if r.cost else None),
     "j_per_output_token": ("Energy per output token", "J",
                            lambda r: r.energy.j_per_output_token if r.energy else None),
+    "prefix_hit_rate": ("Prefix-cache hit rate", "", lambda r: r.prefix_reuse.hit_rate if r.prefix_reuse else None),
+    "structural_reuse": ("Prompt tokens shared with an earlier request", "",
+                         lambda r: r.workload.structural_reuse if r.workload else None),
     "ttft_mean_ms": ("Mean TTFT", "ms", _mean("ttft_ms")),
     "tpot_mean_ms": ("Mean TPOT", "ms", _mean("tpot_ms")),
 }
@@ -80,6 +84,7 @@ def result_row(r: RunResult) -> dict[str, Any]:
            "numerics": n.label(), "baseline_candidate": n.is_baseline_candidate, "numerics_rank": n.rank,
            "scheduling": s.scheduling(), "slots": s.slots,
            "load": lp.label(), "concurrency": lp.concurrency, "rate_rps": lp.rate_rps, "server": s.label(),
+           "workload": describe(lp.workload), "prefix_caching": s.prefix_caching,
            "warnings": "; ".join(r.metrics.warnings) if r.metrics else "",
            "extrapolated": bool(r.simulation.extrapolated) if r.simulation else None}
     for name, (_, _, get) in METRICS.items():

@@ -18,8 +18,8 @@ from atlas.results import RunResult
 from atlas.slo import SloSpec
 from atlas.table import KNOB_COLUMNS, METRICS, capacity_frame, metric_label, results_frame
 
-METRIC_COLUMNS = ["usd_per_m_output", "output_tok_s", "ttft_p50_ms", "tpot_p50_ms", "e2e_p50_ms", "e2e_p99_ms",
-                  "accuracy", "perplexity", "agreement", "on_frontier", "source", "extrapolated", "reason"]
+METRIC_COLUMNS = ["workload", "usd_per_m_output", "output_tok_s", "ttft_p50_ms", "tpot_p50_ms", "e2e_p50_ms",
+                  "e2e_p99_ms", "prefix_hit_rate", "accuracy", "perplexity", "agreement", "on_frontier", "source", "extrapolated", "reason"]
 
 
 CAPACITY_TABLE = ["capacity_rps", "upper_rps", "measurements", "goodput_rps", "usd_per_m_output", "usd_per_m_total",
@@ -87,6 +87,29 @@ def speedups(fr: pd.DataFrame) -> pd.DataFrame:
                          "max_num_seqs": r["slots"], "speedup": r["output_tok_s"] / b["output_tok_s"],
                          "tpot_ratio": (r["tpot_p50_ms"] / b["tpot_p50_ms"]) if b["tpot_p50_ms"] else None,
                          "status": r["status"], "baseline": base_numerics})
+    return pd.DataFrame(rows)
+
+
+def prefix_effect(fr: pd.DataFrame) -> pd.DataFrame:
+    """Prefix caching's effect: each pair of measured points that differ only in prefix caching (same GPU,
+    engine, other knobs, load and workload), TTFT and throughput without and with it, and the hit rate."""
+    ok = fr[(fr["source"] == "measured") & fr["status"].isin(["ok", "invalid", "quality_failed"])]
+    if ok.empty or "enable_prefix_caching" not in ok or ok["prefix_caching"].nunique() < 2:
+        return pd.DataFrame()
+    knobs = [k for k in KNOB_COLUMNS if k != "enable_prefix_caching" and k in ok]
+    keys = ["gpu", "engine", "load", "workload", *knobs]
+    rows = []
+    for _, sub in ok.fillna({k: "" for k in knobs}).groupby(keys, dropna=False):
+        on, off = sub[sub["prefix_caching"]], sub[~sub["prefix_caching"].astype(bool)]
+        if on.empty or off.empty:
+            continue
+        a, b = off.iloc[0], on.iloc[0]
+        rows.append({"gpu": a["gpu"], "config": a["server"], "load": a["load"], "workload": a["workload"],
+                     "ttft_off": a["ttft_p50_ms"], "ttft_on": b["ttft_p50_ms"],
+                     "ttft_ratio": b["ttft_p50_ms"] / a["ttft_p50_ms"] if a["ttft_p50_ms"] else None,
+                     "tok_s_off": a["output_tok_s"], "tok_s_on": b["output_tok_s"], "hit_rate": b["prefix_hit_rate"],
+                     "structural": b["structural_reuse"], "status": b["status"], "run_on": b["run_id"],
+                     "run_off": a["run_id"]})
     return pd.DataFrame(rows)
 
 
@@ -177,7 +200,8 @@ def build_site(results: list[RunResult], out_dir: Path | str, *, title: str,
             n_front = int(df["on_frontier"].sum()) if len(df) else 0
         html = env.get_template("index.html").render(
             **common, heading=heading, prefix=prefix, figures=figs, rows=rows, counts=counts, best=best,
-            speedups=sp.to_dict("records"), load_errors=load_errors or [], n_frontier=n_front,
+            speedups=sp.to_dict("records"), prefix_rows=prefix_effect(df).to_dict("records") if len(df) else [],
+            load_errors=load_errors or [], n_frontier=n_front,
             capacity=cap_view, cap_rows=cap_rows.to_dict("records") if len(cap_rows) else [])
         (out / name).write_text(html)
 

@@ -92,17 +92,17 @@ def _text(p: Path) -> str:
 def _json_items(p: Path) -> list[tuple[int, object]]:
     """(line, item): a JSON array's items (numbered from 1) or a JSONL file's lines."""
     text = _text(p)
-    stripped = text.lstrip()
+    stripped = "\n".join(line for line in text.splitlines() if not line.startswith("#")).lstrip()
     if stripped.startswith("["):
         try:
-            data = json.loads(text)
+            data = json.loads(stripped)
         except ValueError as e:
             raise WorkloadError(f"{p}: line {getattr(e, 'lineno', '?')}: malformed JSON: {getattr(e, 'msg', e)}") \
                 from None
         return list(enumerate(data, 1))
     out = []
     for i, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
+        if not line.strip() or line.startswith("#"):  # blank lines and comment lines (a file's header)
             continue
         try:
             out.append((i, json.loads(line)))
@@ -207,7 +207,9 @@ def _int(v: object, what: str) -> int:
 def read_trace(p: Path, fmt: str = "auto") -> tuple[str, list[TraceRow]]:
     """A trace's rows with times in seconds from its first row; timestamps must not go backwards."""
     text = _text(p)
-    first = text.lstrip()[:1]
+    lines = text.splitlines()
+    skip = next((i for i, line in enumerate(lines) if line.strip() and not line.startswith("#")), len(lines))
+    first = lines[skip].lstrip()[:1] if skip < len(lines) else ""
     rows: list[TraceRow] = []
     if first == "{":
         items = _json_items(p)
@@ -227,16 +229,16 @@ def read_trace(p: Path, fmt: str = "auto") -> tuple[str, list[TraceRow]]:
             except (KeyError, ValueError, TypeError, AssertionError) as e:
                 raise WorkloadError(f"{p}: line {line}: bad trace row ({type(e).__name__}: {e})") from None
     else:
-        reader = csv.DictReader(text.splitlines())
+        reader = csv.DictReader(lines[skip:])
         header = reader.fieldnames or []
         if fmt == "auto":
             fmt = next((f for f, cols in CSV_LAYOUTS.items() if all(c in header for c in cols)), "")
         if fmt not in CSV_LAYOUTS or not all(c in header for c in CSV_LAYOUTS[fmt]):
-            raise WorkloadError(f"{p}: line 1: not a known trace header {header[:6]} (Azure: TIMESTAMP, "
+            raise WorkloadError(f"{p}: line {skip + 1}: not a known trace header {header[:6]} (Azure: TIMESTAMP, "
                                 f"ContextTokens, GeneratedTokens; BurstGPT: Timestamp, Request tokens, Response "
                                 f"tokens; Atlas: timestamp_s, input_tokens, output_tokens)")
         tk, ik, ok = CSV_LAYOUTS[fmt]
-        for i, rec in enumerate(reader, 2):
+        for i, rec in enumerate(reader, skip + 2):
             try:
                 t = _azure_time(rec[tk]) if fmt == "azure" else float(rec[tk])
                 rows.append(TraceRow(t, _int(rec[ik], ik), _int(rec[ok], ok), i))
