@@ -161,8 +161,11 @@ def rate_point(spec: SweepSpec, rate_rps: float) -> LoadPoint:
     """The open-loop load point that measures one rate: the spec's load shape with the spec's arrival model
     (Poisson when the spec's ladder is closed-loop), enough arrivals for `duration_s` after `warmup_s` and for
     the SLO's highest percentile."""
+    from atlas.workloads.requests import pinned
+
     cap, slo = spec.capacity, spec.slo
-    shape = spec.load.shape().model_dump()
+    shape = spec.load.shape()
+    shape = shape.model_copy(update={"workload": pinned(shape.workload)}).model_dump()
     mode = spec.load.mode if spec.load.mode != LoadMode.CLOSED else LoadMode.POISSON
     # arrivals that may fall in the warm-up: the first is at 0, the rest Poisson (mean + 3 standard deviations)
     mean = rate_rps * cap.warmup_s

@@ -244,12 +244,16 @@ class SweepSpec(Frozen):
 
     def capacity_on(self) -> bool:
         """Whether the sweep searches each server config's capacity under the SLO."""
-        return self.slo is not None and not self.slo.is_empty() and self.capacity.enabled is not False
+        return (self.slo is not None and not self.slo.is_empty() and self.capacity.enabled is not False
+                and self.load.mode != LoadMode.TRACE)
 
     @model_validator(mode="after")
     def _capacity_needs_slo(self) -> SweepSpec:
         if self.capacity.enabled and (self.slo is None or self.slo.is_empty()):
             raise ValueError("capacity.enabled: a capacity search needs an slo with at least one target")
+        if self.capacity.enabled and self.load.mode == LoadMode.TRACE:
+            raise ValueError("capacity.enabled: a trace replay's arrivals come from the trace, so no arrival rate is "
+                             "searched; sweep workload.time_scale instead")
         return self
 
     def grids(self) -> list[tuple[str, Any]]:

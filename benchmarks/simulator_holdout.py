@@ -1,6 +1,7 @@
 """Held-out accuracy of the simulator on measured results: a third of the server configs of each
 numerics group is held out, the rest fitted, the held-out points predicted. Prints the mean absolute
-percentage error per metric and checks that no prediction beats the roofline bound.
+percentage error per metric and per workload kind (fixed, shared_prefix, sessions, ...: each point is simulated
+from its workload's own request list) and checks that no prediction beats the roofline bound.
 
     .venv/bin/python benchmarks/simulator_holdout.py benchmarks/data/cpu-smollm2 --spec configs/cpu-smollm2.yaml
 
@@ -42,7 +43,7 @@ def main() -> None:
     print(f"{len(measured)} measured points: fitting on {len(train)}, holding out {len(test)} "
           f"({len({r.config.server_key() for r in test})} server configs)")
     art = fit(train, "holdout", spec_model)
-    errs: dict[str, list[float]] = {k: [] for k in METRICS}
+    errs: dict[tuple[str, str], list[float]] = {}
     below_roofline = 0
     for r in test:
         cfg = r.config.model_copy(update={"model": _model_of(r, spec_model)})
@@ -51,17 +52,19 @@ def main() -> None:
         tpot = pred.metrics.value("tpot_p50_ms")
         if tpot is not None and tpot < pred.simulation.roofline_tpot_ms:
             below_roofline += 1
+        kind = r.config.load.workload_kind()
         for k in METRICS:
             m, p = r.metrics.value(k), pred.metrics.value(k)
+            errs.setdefault((kind, k), [])
             if m and p is not None:
-                errs[k].append(abs(p - m) / m)
+                errs[(kind, k)].append(abs(p - m) / m)
         label = r.label
         print(f"  {label:48s} TPOT {r.metrics.value('tpot_p50_ms'):8.1f} -> {tpot:8.1f} ms   "
               f"tok/s {r.metrics.output_tok_s:6.1f} -> {pred.metrics.output_tok_s:6.1f}")
-    print("held-out mean absolute % error:")
-    for k, v in errs.items():
-        print(f"  {k:14s} " + (f"{np.mean(v) * 100:5.1f}% over {len(v)} points" if v else
-                               "n/a (no measured point has enough samples for it)"))
+    print("held-out mean absolute % error, per workload kind:")
+    for (kind, k), v in sorted(errs.items()):
+        print(f"  {kind:14s} {k:14s} " + (f"{np.mean(v) * 100:5.1f}% over {len(v)} points" if v else
+                                          "n/a (no measured point has enough samples for it)"))
     costs = step_costs(_model_of(measured[0], spec_model), measured[0].config.server, get_gpu(measured[0].config.gpu))
     print(f"roofline: {below_roofline} predictions below the physical bound "
           f"(single-stream decode bound {costs.roofline_s(1, 100) * 1e3:.1f} ms on the spec's bandwidth)")

@@ -20,7 +20,7 @@ from atlas.hardware import get_gpu
 from atlas.metrics import LoadSummary, summarize_load
 from atlas.results import RunResult
 from atlas.simulator.features import Efficiencies, SimulatorError, step_costs
-from atlas.simulator.queue import simulate
+from atlas.simulator.queue import mean_lengths, simulate
 
 ARTIFACT_VERSION = 1
 TARGETS = ("tpot_p50_ms", "ttft_p50_ms", "e2e_p50_ms", "output_tok_s")  # fitted
@@ -71,12 +71,22 @@ def _prompt_tokens(r: RunResult) -> int | None:
     return None
 
 
+def measured_reuse(r: RunResult) -> float:
+    """The share of its workload's shareable prompt tokens the engine really found cached on this point (1.0
+    where it was not measured: the workload's structure is all there is)."""
+    hit = r.prefix_reuse.hit_rate if r.prefix_reuse else None
+    shared = r.workload.structural_reuse if r.workload else None
+    if hit is None or not shared:
+        return 1.0
+    return max(0.0, min(1.0, hit / shared))
+
+
 def simulate_result(r: RunResult, model: ModelSpec, eff: Efficiencies) -> LoadSummary:
     cfg = r.config
     costs = step_costs(model, cfg.server, get_gpu(cfg.gpu))
     kv_cap = r.provenance.engine.get("kv_cache_tokens") if r.provenance else None
     run = simulate(costs, eff, cfg.server, cfg.load, max_model_len=model.max_model_len,
-                   prompt_tokens=_prompt_tokens(r), kv_capacity_tokens=kv_cap)
+                   prompt_tokens=_prompt_tokens(r), kv_capacity_tokens=kv_cap, reuse=measured_reuse(r))
     return summarize_load(run, intervals=False)
 
 
@@ -121,8 +131,9 @@ def _envelope(rs: list[RunResult]) -> dict[str, list[float]]:
                                     "rate_rps": []}
     for r in rs:
         vals["max_num_seqs"].append(r.config.server.slots)
-        vals["prompt_tokens"].append(r.config.load.prompt_tokens)
-        vals["output_tokens"].append(r.config.load.output_tokens)
+        prompt, output = mean_lengths(r.config)
+        vals["prompt_tokens"].append(prompt)
+        vals["output_tokens"].append(output)
         if r.config.load.concurrency is not None:
             vals["concurrency"].append(r.config.load.concurrency)
         if r.config.load.rate_rps is not None:

@@ -12,7 +12,7 @@ from atlas.plan import PlannedRun, RunConfig, expand
 from atlas.results import RunResult, SimulationInfo
 from atlas.simulator.features import Efficiencies, SimulatorError, kv_capacity_tokens, step_costs
 from atlas.simulator.fit import CalibrationArtifact, CalibrationGroup
-from atlas.simulator.queue import simulate
+from atlas.simulator.queue import mean_lengths, simulate
 
 EXTRAPOLATION_WIDENING = 2.0  # an extrapolated prediction's interval is this many times the held-out error
 
@@ -48,8 +48,9 @@ def _choose(artifact: CalibrationArtifact, cfg: RunConfig) -> tuple[Efficiencies
 
 def _envelope_reasons(group: CalibrationGroup, cfg: RunConfig) -> list[str]:
     out = []
-    checks = {"max_num_seqs": cfg.server.slots, "prompt_tokens": cfg.load.prompt_tokens,
-              "output_tokens": cfg.load.output_tokens, "concurrency": cfg.load.concurrency,
+    prompt, output = mean_lengths(cfg)
+    checks = {"max_num_seqs": cfg.server.slots, "prompt_tokens": prompt,
+              "output_tokens": output, "concurrency": cfg.load.concurrency,
               "rate_rps": cfg.load.rate_rps}
     for k, v in checks.items():
         if v is None:
@@ -84,7 +85,8 @@ def predict_config(artifact: CalibrationArtifact, cfg: RunConfig, run_id: str, s
     gpu = get_gpu(cfg.gpu)
     costs = step_costs(model, cfg.server, gpu)
     capacity = kv_capacity_tokens(costs, gpu, cfg.server)
-    per_request = cfg.load.prompt_tokens + cfg.load.output_tokens
+    prompt, output = mean_lengths(cfg)
+    per_request = round(prompt + output)
     if capacity is not None and capacity < per_request:
         raise SimulatorError(f"{cfg.server.label()} on {cfg.gpu}: KV cache for {capacity} tokens cannot hold one "
                              f"{per_request}-token request")
@@ -100,7 +102,7 @@ def predict_config(artifact: CalibrationArtifact, cfg: RunConfig, run_id: str, s
     summary = summary.model_copy(update={n: _widen(getattr(summary, n), lat)
                                          for n in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")})
     batch = min(cfg.server.slots, cfg.load.concurrency or cfg.server.slots)
-    bound_ms = costs.roofline_s(batch, batch * (cfg.load.prompt_tokens + cfg.load.output_tokens // 2)) * 1e3
+    bound_ms = costs.roofline_s(batch, round(batch * (prompt + output / 2))) * 1e3
     tpot = summary.tpot_ms.p50.value if summary.tpot_ms else None
     if tpot is not None and tpot < bound_ms * 0.999:
         raise SimulatorError(f"prediction {tpot:.3g} ms beats the roofline bound {bound_ms:.3g} ms (a bug)")

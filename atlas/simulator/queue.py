@@ -2,7 +2,11 @@
 token for every running sequence, then prefill chunks, within `max_num_batched_tokens`, admitting waiting
 requests while fewer than `max_num_seqs` run. It drives the same request schedule the load generator
 would and returns the same per-request records, so simulated and measured points share every metric
-definition."""
+definition. A workload other than fixed is simulated from its own request list (atlas.workloads.requests,
+planned without an engine: token counts are the planned lengths, estimated for file text): each request's
+prompt and output length, a trace's arrivals, and with prefix caching on the prompt tokens an earlier
+request already sent (scaled by `reuse`, the measured share of them the engine hit) are not prefilled.
+Sessions are simulated as their requests in order, not as dependent turns."""
 
 from __future__ import annotations
 
@@ -10,7 +14,10 @@ import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from atlas.config import LoadPoint
+from atlas.plan import RunConfig
 from atlas.engines.registry import ServerKnobs
 from atlas.knobs import LoadMode
 from atlas.loadgen import LoadRun, RequestRecord, arrival_schedule
@@ -23,21 +30,50 @@ DEFAULT_BATCHED_TOKENS = 2048  # vLLM's default token budget per step with chunk
 class _Seq:
     rec: RequestRecord
     prompt: int
-    prefilled: int = 0
+    out: int
+    prefilled: int = 0  # starts at the cached prefix
     generated: int = 0
     times: list[float] = field(default_factory=list)
 
 
+_PLANS: dict[str, list[tuple[int, int, int, float | None]]] = {}
+
+
+def request_list(point: LoadPoint, n: int, seed_offset: int, max_model_len: int) -> list[tuple[int, int, int, float | None]]:
+    """(prompt tokens, output tokens, shared prompt tokens, arrival) of each request of a workload point (kept:
+    the fit simulates each point many times)."""
+    from atlas.workloads.requests import plan_requests
+
+    key = f"{point.model_dump_json()}|{n}|{seed_offset}|{max_model_len}"
+    if key not in _PLANS:
+        plan = plan_requests(point, n, seed_offset, max_model_len, None)
+        _PLANS[key] = [(r.prompt_tokens or 1, r.output_tokens, r.shared_tokens, r.arrival_s) for r in plan.requests]
+    return _PLANS[key]
+
+
+def mean_lengths(cfg: RunConfig) -> tuple[float, float]:
+    """Mean prompt and output tokens of a config's requests (its workload's planned list)."""
+    lp = cfg.load
+    if lp.workload is None:
+        return float(lp.prompt_tokens), float(lp.output_tokens)
+    reqs = request_list(lp, lp.num_requests, 0, cfg.model.max_model_len)
+    return sum(r[0] for r in reqs) / len(reqs), sum(r[1] for r in reqs) / len(reqs)
+
+
 def simulate(costs: StepCosts, eff: Efficiencies, server: ServerKnobs, point: LoadPoint, *, max_model_len: int,
              prompt_tokens: int | None = None, kv_capacity_tokens: int | None = None, seed_offset: int = 0,
-             max_steps: int = 2_000_000) -> LoadRun:
-    prompt = prompt_tokens or point.prompt_tokens
-    out = point.output_tokens
+             max_steps: int = 2_000_000, reuse: float = 1.0) -> LoadRun:
+    closed = point.mode == LoadMode.CLOSED
+    n = point.num_requests + (point.warmup_requests if closed else 0)
+    if point.workload is None:
+        reqs = [(prompt_tokens or point.prompt_tokens, point.output_tokens, 0, None)] * n
+    else:
+        reqs = request_list(point, n, seed_offset, max_model_len)
+        n = len(reqs)
+    cache = server.prefix_caching
     chunked = server.chunked_prefill is not False
     budget = server.batch_tokens or (DEFAULT_BATCHED_TOKENS if chunked else max_model_len)
     budget = max(budget, 1)
-    closed = point.mode == LoadMode.CLOSED
-    n = point.num_requests + (point.warmup_requests if closed else 0)
     records: list[RequestRecord] = []
     arrivals: list[tuple[float, int]] = []  # (time, index)
     next_index = 0
@@ -48,7 +84,8 @@ def simulate(costs: StepCosts, eff: Efficiencies, server: ServerKnobs, point: Lo
         i = next_index
         next_index += 1
         phase = "warmup" if closed and i < point.warmup_requests else "measure"
-        rec = RequestRecord(index=i, phase=phase, scheduled_s=t, sent_s=t, requested_tokens=out, prompt_tokens=prompt)
+        rec = RequestRecord(index=i, phase=phase, scheduled_s=t, sent_s=t, requested_tokens=reqs[i][1],
+                            prompt_tokens=reqs[i][0])
         records.append(rec)
         heapq.heappush(arrivals, (t, i))
 
@@ -57,8 +94,12 @@ def simulate(costs: StepCosts, eff: Efficiencies, server: ServerKnobs, point: Lo
         for _ in range(min(point.concurrency, n)):
             new_request(0.0)
     else:
-        assert point.rate_rps is not None
-        sched = arrival_schedule(point.mode, point.rate_rps, n, point.arrival_seed + seed_offset, point.burstiness)
+        if point.mode == LoadMode.TRACE:
+            sched = np.array([a or 0.0 for _, _, _, a in reqs])
+        else:
+            assert point.rate_rps is not None
+            sched = arrival_schedule(point.mode, point.rate_rps, n, point.arrival_seed + seed_offset,
+                                     point.burstiness)
         for t in sched.tolist():
             new_request(float(t))
         for rec in records:
@@ -74,7 +115,9 @@ def simulate(costs: StepCosts, eff: Efficiencies, server: ServerKnobs, point: Lo
     for _ in range(max_steps):
         while arrivals and arrivals[0][0] <= t + 1e-12:
             _, i = heapq.heappop(arrivals)
-            waiting.append(_Seq(rec=records[i], prompt=prompt))
+            p, o, shared, _ = reqs[i]
+            hit = min(p - 1, round(shared * reuse)) if cache else 0
+            waiting.append(_Seq(rec=records[i], prompt=p, out=o, prefilled=max(0, hit)))
         if not running and not waiting:
             if not arrivals:
                 break
@@ -94,16 +137,17 @@ def simulate(costs: StepCosts, eff: Efficiencies, server: ServerKnobs, point: Lo
         kv_used = sum(s.prompt + s.generated for s in running)
         while waiting and len(running) < server.slots and left > 0:
             s = waiting[0]
-            if kv_capacity_tokens is not None and kv_used + s.prompt + out > kv_capacity_tokens and running:
+            if kv_capacity_tokens is not None and kv_used + s.prompt + s.out > kv_capacity_tokens and running:
                 break  # no KV blocks free: it waits (vLLM would preempt later arrivals instead)
-            take = min(s.prompt, left) if chunked else s.prompt
+            todo = s.prompt - s.prefilled
+            take = min(todo, left) if chunked else todo
             if take > left:
                 break
             waiting.popleft()
             running.append(s)
             prefill.append((s, take))
             left -= take
-            kv_used += s.prompt + out
+            kv_used += s.prompt + s.out
         tokens = len(decode) + sum(k for _, k in prefill)
         ctx = sum(s.prefilled + s.generated for s in decode) + sum(s.prefilled + k for s, k in prefill)
         t += eff.step_s(costs, tokens, ctx)
@@ -116,7 +160,7 @@ def simulate(costs: StepCosts, eff: Efficiencies, server: ServerKnobs, point: Lo
         for s in emitted:
             s.generated += 1
             s.times.append(t)
-            if s.generated >= out:
+            if s.generated >= s.out:
                 finished.append(s)
         for s in finished:
             running.remove(s)

@@ -100,15 +100,16 @@ def _json_items(p: Path) -> list[tuple[int, object]]:
             raise WorkloadError(f"{p}: line {getattr(e, 'lineno', '?')}: malformed JSON: {getattr(e, 'msg', e)}") \
                 from None
         return list(enumerate(data, 1))
-    out = []
+    out: list[tuple[int, object]] = []
     for i, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.startswith("#"):  # blank lines and comment lines (a file's header)
             continue
         try:
             out.append((i, json.loads(line)))
         except ValueError as e:
-            raise WorkloadError(f"{p}: line {i}: malformed JSON ({getattr(e, 'msg', e)}); expected one JSON "
-                                f"object per line") from None
+            what = "malformed JSON" if out else "not a JSON or JSONL file"
+            raise WorkloadError(f"{p}: line {i}: {what} ({getattr(e, 'msg', e)}); expected one JSON object per "
+                                f"line") from None
     return out
 
 

@@ -117,9 +117,10 @@ class _Texts:
         self.counted = count is not None
 
     def make(self, n: int, head: str = "") -> tuple[str, int]:
-        words = [WORDS[i] for i in self.rng.integers(0, len(WORDS), size=max(1, n))]
+        """A text of `n` tokens (the head included); without a tokenizer, of `n` words."""
+        words = [WORDS[i] for i in self.rng.integers(0, len(WORDS), size=max(1, n - len(head.split())))]
         if self.count is None or not self.counted:
-            return head + " ".join(words), n
+            return head + " ".join(words), len(head.split()) + len(words)
         best: tuple[int, str] | None = None
         for _ in range(12):
             text = head + " ".join(words)
@@ -141,13 +142,15 @@ class _Texts:
         assert best is not None
         return best[1], n - best[0]
 
-    def tokens(self, text: str) -> int:
+    def tokens(self, text: str, synthetic: bool = False) -> int:
+        """`text`'s tokens in the served tokenizer; without one an estimate: a word a token for Atlas's own word
+        texts (`synthetic`), about 4 characters a token for prose."""
         if self.count is not None and self.counted:
             got = self.count(text)
             if got is not None:
                 return got
             self.counted = False
-        return estimate_tokens(text)
+        return max(1, len(text.split())) if synthetic else estimate_tokens(text)
 
 
 def draw_lengths(d: LengthDist, n: int, rng: np.random.Generator, cap: int) -> list[int]:
@@ -260,7 +263,7 @@ def _shared_prefix(w: SharedPrefixWorkload, n: int, rng: np.random.Generator, te
         if (g, q) not in questions:
             questions[(g, q)] = texts.make(w.question_tokens, head="\nQuestion: ")[0]
         prompt = prefixes[g] + questions[(g, q)]
-        tokens = texts.tokens(prompt)
+        tokens = texts.tokens(prompt, synthetic=True)
         shared = tokens if (g, q) in seen else (w.prefix_tokens if g in seen_groups else 0)
         seen.add((g, q))
         seen_groups.add(g)
@@ -334,7 +337,7 @@ def _sessions(w: SessionsWorkload, n: int, rng: np.random.Generator, texts: _Tex
         turns = convs[int(order[k % len(order)])]
         k += 1
         system = "".join(t + "\n" for r, t in turns if r == "system")
-        context = texts.tokens(system) if system else 0
+        context = texts.tokens(system, generated) if system else 0
         turn = 0
         for i, (role, text) in enumerate(turns):
             if role != "user" or len(reqs) >= n:
@@ -346,7 +349,7 @@ def _sessions(w: SessionsWorkload, n: int, rng: np.random.Generator, texts: _Tex
                 out = texts.tokens(nxt[1]) if nxt and nxt[0] == "assistant" else point.output_tokens
             out = min(out, w.max_output_tokens or out)
             user = SESSION_TURN.format(text=text)
-            need = context + texts.tokens(user)
+            need = context + texts.tokens(user, generated)
             if not _fits(need, out, max_model_len):
                 dropped += 1  # this turn and the rest of its session: the conversation no longer fits
                 break
@@ -394,7 +397,7 @@ def _trace_plan(w: TraceWorkload, n: int, rng: np.random.Generator, texts: _Text
                 seen_blocks.add(h)
                 left -= take
             prompt = " ".join(blocks)
-            tokens = texts.tokens(prompt)
+            tokens = texts.tokens(prompt, synthetic=True)
         else:
             prompt, tokens = texts.make(max(1, r.input_tokens))
         reqs.append(PlannedRequest(prompt, out, tokens, arrival_s=(r.t_s - w.start_s) * scale,

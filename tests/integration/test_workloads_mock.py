@@ -158,3 +158,5 @@ def test_a_sweep_records_the_workload_and_the_prefix_caching_effect(tmp_path):
     assert out.exit_code == 0, out.output
     html = (tmp_path / "site" / "wl" / "index.html").read_text()
     assert "Prefix caching" in html and "shared-prefix" in html
+    page = (tmp_path / "site" / "wl" / "configs" / f"{by[True]['run_id']}.html").read_text()
+    assert "Workload <b>shared_prefix</b>" in page and "in its prefix cache" in page

@@ -271,3 +271,21 @@ def test_trace_levels_are_time_scales(tmp_path):
                              "workload": {"kind": "trace", "path": path, "time_scale": [1.0, 0.5]}}}
     pts = load_points(parse_spec(spec))
     assert [p.workload.time_scale for p in pts] == [1.0, 0.5] and [p.label() for p in pts] == ["trace x1", "trace x0.5"]
+
+
+def test_a_sweep_with_a_bad_workload_file_fails_in_one_line_before_anything_starts(tmp_path):
+    from typer.testing import CliRunner
+
+    from atlas.cli import app
+
+    spec = tmp_path / "s.yaml"
+    for workload, said in (({"kind": "dataset", "path": str(tmp_path / "gone.jsonl")}, "gone.jsonl: workload file not found"),
+                           ({"kind": "dataset", "path": "builtin:chat-trace.csv"}, "not a JSON or JSONL file"),
+                           ({"kind": "sessions", "path": write(tmp_path, "x.jsonl", '{"messages": []}')},
+                            "x.jsonl: line 1: a conversation with no user turn")):
+        spec.write_text(json.dumps({**SPEC, "load": {**SPEC["load"], "workload": workload}}))
+        r = CliRunner().invoke(app, ["sweep", str(spec), "--results", str(tmp_path / "res")])
+        assert r.exit_code != 0 and said in r.output, r.output
+        assert [line for line in r.output.splitlines() if line.startswith("error:")] == \
+            [line for line in r.output.splitlines() if said in line]
+        assert not (tmp_path / "res").exists()  # no engine, no result directory
