@@ -164,8 +164,8 @@ def rate_point(spec: SweepSpec, rate_rps: float) -> LoadPoint:
     from atlas.workloads.requests import pinned
 
     cap, slo = spec.capacity, spec.slo
-    shape = spec.load.shape()
-    shape = shape.model_copy(update={"workload": pinned(shape.workload)}).model_dump()
+    load = spec.load.shape()
+    shape = load.model_copy(update={"workload": pinned(load.workload)}).model_dump()
     mode = spec.load.mode if spec.load.mode != LoadMode.CLOSED else LoadMode.POISSON
     # arrivals that may fall in the warm-up: the first is at 0, the rest Poisson (mean + 3 standard deviations)
     mean = rate_rps * cap.warmup_s

@@ -26,7 +26,7 @@ from atlas.engines.embedded import EmbeddedModelError
 from atlas.engines.registry import DEFAULT_ENGINE, UnknownEngine, adapter, engine_kinds
 from atlas.frontier import FrontierError, parse_constraint, parse_objective
 from atlas.hardware import CONFIG_DIR, GpuSpec, HardwareError, get_gpu
-from atlas.plan import SkippedRun, expand, installed_caps
+from atlas.plan import RunConfig, SkippedRun, expand, installed_caps
 from atlas.preflight import preflight
 from atlas.quality import QualityError
 from atlas.results import DONE_STATUSES, ResultError, RunResult
@@ -396,12 +396,14 @@ def validate(spec: Path, gpu: str = typer.Option(None, help="check feasibility o
         s = load_spec(spec)
         g = spec_gpu(s, spec, gpu)
         preflight(s, g, prices)
+        items = expand(s, g, installed_caps(s))
     except USER_ERRORS as e:
         _fail(e)
-    items = expand(s, g, installed_caps(s))
     skipped = [i for i in items if isinstance(i, SkippedRun)]
     console.print(f"{spec}: valid; {len(items)} points on {g.key} ({len(items) - len(skipped)} planned, "
                   f"{len(skipped)} skipped)")
+    if items and (w := workload_line(items[0].config)):
+        console.print(f"  workload: {w}", highlight=False)
     for reason in sorted({i.reason for i in skipped}):
         console.print(f"  skipped: {reason}", highlight=False)
     if s.slo is not None and s.capacity_on():
@@ -410,6 +412,25 @@ def validate(spec: Path, gpu: str = typer.Option(None, help="check feasibility o
         console.print(f"  capacity: each of {servers} server configs searched under {s.slo.describe()} "
                       f"(up to {c.max_measurements} rates, precision {c.precision:.0%}, "
                       f"{c.warmup_s:g} s warm-up + {c.duration_s:g} s of arrivals per rate)", highlight=False)
+
+
+def workload_line(cfg: RunConfig) -> str | None:
+    """What a config's workload plans (lengths estimated without an engine), for `atlas validate`."""
+    from atlas.workloads.requests import plan_info, plan_requests
+
+    lp = cfg.load
+    if lp.workload is None:
+        return None
+    try:
+        info = plan_info(plan_requests(lp, lp.num_requests, 0, cfg.model.max_model_len, None))
+    except USER_ERRORS as e:
+        _fail(e)
+    sha = getattr(lp.workload, "sha256", None)
+    reuse = f", {info.structural_reuse:.0%} of prompt tokens shared" if info.structural_reuse else ""
+    return (f"{info.kind}: {info.requests} requests, prompts ~{info.mean_prompt_tokens:.0f} tokens (largest "
+            f"{info.max_prompt_tokens}), outputs ~{info.mean_output_tokens:.0f}{reuse}"
+            + (f"; {info.dropped} too long for the model, dropped" if info.dropped else "")
+            + (f"; file sha256 {sha[:16]}" if sha else ""))
 
 
 @app.command()

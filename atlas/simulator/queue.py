@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from atlas.config import LoadPoint
-from atlas.plan import RunConfig
 from atlas.engines.registry import ServerKnobs
 from atlas.knobs import LoadMode
 from atlas.loadgen import LoadRun, RequestRecord, arrival_schedule
+from atlas.plan import RunConfig
 from atlas.simulator.features import Efficiencies, StepCosts
 
 DEFAULT_BATCHED_TOKENS = 2048  # vLLM's default token budget per step with chunked prefill
@@ -65,6 +65,7 @@ def simulate(costs: StepCosts, eff: Efficiencies, server: ServerKnobs, point: Lo
              max_steps: int = 2_000_000, reuse: float = 1.0) -> LoadRun:
     closed = point.mode == LoadMode.CLOSED
     n = point.num_requests + (point.warmup_requests if closed else 0)
+    reqs: list[tuple[int, int, int, float | None]]
     if point.workload is None:
         reqs = [(prompt_tokens or point.prompt_tokens, point.output_tokens, 0, None)] * n
     else:

@@ -31,6 +31,7 @@ from atlas.workloads.files import (
 from atlas.workloads.spec import (
     DatasetWorkload,
     DistributionWorkload,
+    FixedWorkload,
     LengthDist,
     SessionsWorkload,
     SharedPrefixWorkload,
@@ -182,16 +183,35 @@ def _trace(path: str, fmt: str, mtime: float) -> tuple[str, list[TraceRow]]:
     return read_trace(Path(path), fmt)
 
 
-def read_workload_file(w: DatasetWorkload | SessionsWorkload | TraceWorkload) -> object:
-    """The parsed file of a file workload (cached while the file is unchanged); raises WorkloadError."""
-    assert w.path is not None
-    p = resolve(w.path)
-    key = (str(p), p.stat().st_mtime)
+def _key(path: str | None) -> tuple[str, float]:
+    assert path is not None
+    p = resolve(path)
+    return str(p), p.stat().st_mtime
+
+
+def dataset_items(w: DatasetWorkload) -> tuple[str, list[Conversation] | list[PromptRow]]:
+    """A dataset file's format and items (cached while the file is unchanged); raises WorkloadError."""
+    path, mtime = _key(w.path)
+    return _items(path, w.format, mtime)
+
+
+def session_conversations(w: SessionsWorkload) -> list[Conversation]:
+    return _conversations(*_key(w.path))
+
+
+def trace_rows(w: TraceWorkload) -> list[TraceRow]:
+    path, mtime = _key(w.path)
+    return _trace(path, w.format, mtime)[1]
+
+
+def read_workload_file(w: DatasetWorkload | SessionsWorkload | TraceWorkload) -> None:
+    """Reads (and caches) a file workload's file: a bad one raises WorkloadError naming it."""
     if isinstance(w, DatasetWorkload):
-        return _items(key[0], w.format, key[1])
-    if isinstance(w, SessionsWorkload):
-        return _conversations(*key)
-    return _trace(key[0], w.format, key[1])
+        dataset_items(w)
+    elif isinstance(w, SessionsWorkload):
+        session_conversations(w)
+    else:
+        trace_rows(w)
 
 
 def chat_prompt(turns: list[tuple[str, str]], upto: int) -> str:
@@ -222,6 +242,7 @@ def plan_requests(point: LoadPoint, n: int, seed_offset: int, max_model_len: int
             warning = fit.warning()
         reqs = [PlannedRequest(p, point.output_tokens, point.prompt_tokens) for p in prompts]
         return RequestPlan("fixed", reqs, counted=counted, warnings=[warning] if count and warning else [])
+    assert not isinstance(w, FixedWorkload)  # normalized to None by LoadShape
     rng = np.random.default_rng([w.seed, seed])
     texts = _Texts(count, rng)
     if isinstance(w, DistributionWorkload):
@@ -277,18 +298,19 @@ def _fits(prompt_tokens: int, out: int, max_model_len: int) -> bool:
 
 def _dataset(w: DatasetWorkload, n: int, rng: np.random.Generator, texts: _Texts, default_out: int,
              max_model_len: int) -> RequestPlan:
-    fmt, items = read_workload_file(w)  # type: ignore[misc]
+    _, items = dataset_items(w)
     candidates: list[tuple[str, str | int | None]] = []  # (prompt, the answer text or its length)
-    if fmt == "prompts":
-        candidates = [(r.prompt, r.output_tokens) for r in items]
-    else:
-        for c in items:
-            for i, (role, _) in enumerate(c.turns):
-                if role == "user":
-                    nxt = c.turns[i + 1] if i + 1 < len(c.turns) else None
-                    candidates.append((chat_prompt(c.turns, i), nxt[1] if nxt and nxt[0] == "assistant" else None))
+    for item in items:
+        if isinstance(item, PromptRow):
+            candidates.append((item.prompt, item.output_tokens))
+            continue
+        for i, (role, _) in enumerate(item.turns):
+            if role == "user":
+                nxt = item.turns[i + 1] if i + 1 < len(item.turns) else None
+                candidates.append((chat_prompt(item.turns, i), nxt[1] if nxt and nxt[0] == "assistant" else None))
     order = rng.permutation(len(candidates))
-    reqs, dropped, k = [], 0, 0
+    reqs: list[PlannedRequest] = []
+    dropped, k = 0, 0
     while len(reqs) < n and k < 10 * n + len(candidates):
         prompt, answer = candidates[int(order[k % len(order)])]
         k += 1
@@ -329,7 +351,7 @@ def _sessions(w: SessionsWorkload, n: int, rng: np.random.Generator, texts: _Tex
     if generated:
         convs = _generated_sessions(w, n, texts, point.output_tokens)
     else:
-        convs = [c.turns for c in read_workload_file(w)]  # type: ignore[attr-defined]
+        convs = [c.turns for c in session_conversations(w)]
     order = rng.permutation(len(convs))
     reqs: list[PlannedRequest] = []
     dropped, k, sid = 0, 0, 0
@@ -373,10 +395,10 @@ def _block_text(h: int, tokens: int) -> str:
 
 def _trace_plan(w: TraceWorkload, n: int, rng: np.random.Generator, texts: _Texts,
                 max_model_len: int) -> RequestPlan:
-    _, rows = read_workload_file(w)  # type: ignore[misc]
     scale = w.scales()[0]
-    rows = [r for r in rows if r.t_s >= w.start_s]
-    reqs, dropped, seen_blocks = [], 0, set()
+    rows = [r for r in trace_rows(w) if r.t_s >= w.start_s]
+    reqs: list[PlannedRequest] = []
+    dropped, seen_blocks = 0, set()
     for r in rows:
         if len(reqs) >= n:
             break

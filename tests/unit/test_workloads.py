@@ -289,3 +289,10 @@ def test_a_sweep_with_a_bad_workload_file_fails_in_one_line_before_anything_star
         assert [line for line in r.output.splitlines() if line.startswith("error:")] == \
             [line for line in r.output.splitlines() if said in line]
         assert not (tmp_path / "res").exists()  # no engine, no result directory
+        v = CliRunner().invoke(app, ["validate", str(spec)])
+        assert v.exit_code == 2 and said in v.output, v.output
+    good = {"kind": "dataset", "path": write(tmp_path, "ok.jsonl", '{"prompt": "a b c d", "output_tokens": 5}')}
+    spec.write_text(json.dumps({**SPEC, "load": {**SPEC["load"], "workload": good}}))
+    v = CliRunner().invoke(app, ["validate", str(spec)])
+    assert v.exit_code == 0 and "workload: dataset: 8 requests, prompts ~2 tokens" in v.output  # 7 chars: estimated, v.output
+    assert "file sha256 " in v.output

@@ -210,10 +210,10 @@ class MockServer:
                 request.transport.close()  # type: ignore[union-attr]
                 return resp
             t += (self.opts.itl_ms + self.opts.itl_per_running_ms * max(0, self.running - 1)) / 1e3
-        usage = {"choices": [], "usage": {"prompt_tokens": prompt_tokens,
-                                          "completion_tokens": sent + self.opts.usage_delta}}
+        counts: dict[str, object] = {"prompt_tokens": prompt_tokens, "completion_tokens": sent + self.opts.usage_delta}
         if self.opts.prefix_cache:
-            usage["usage"]["prompt_tokens_details"] = {"cached_tokens": cached}
+            counts["prompt_tokens_details"] = {"cached_tokens": cached}
+        usage = {"choices": [], "usage": counts}
         await resp.write(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
         await resp.write_eof()
         return resp
