@@ -5,7 +5,13 @@ from its workload's own request list) and checks that no prediction beats the ro
 
     .venv/bin/python benchmarks/simulator_holdout.py benchmarks/data/cpu-smollm2 --spec configs/cpu-smollm2.yaml
 
-(benchmarks/data/cpu-smollm2 holds the embedded default sweep measured on 2026-12-02.)
+(benchmarks/data/cpu-smollm2 holds the embedded default sweep measured on 2026-12-02, fixed workload;
+benchmarks/data/cpu-smollm2-workloads the shared-prefix and sessions sweeps of configs/cpu-smollm2-prefix.yaml and
+configs/cpu-smollm2-sessions.yaml measured on 2026-12-04: the prefix-cache-off server is fitted, the prefix-cached
+one held out, so the prediction crosses prefix caching:
+
+    .venv/bin/python benchmarks/simulator_holdout.py benchmarks/data/cpu-smollm2-workloads \
+        --spec configs/cpu-smollm2-prefix.yaml)
 """
 
 from __future__ import annotations

@@ -296,3 +296,20 @@ def test_a_sweep_with_a_bad_workload_file_fails_in_one_line_before_anything_star
     v = CliRunner().invoke(app, ["validate", str(spec)])
     assert v.exit_code == 0 and "workload: dataset: 8 requests, prompts ~2 tokens" in v.output  # 7 chars: estimated, v.output
     assert "file sha256 " in v.output
+
+
+def test_capacity_rate_points_carry_the_pinned_workload(tmp_path):
+    from atlas.capacity import rate_point
+
+    path = write(tmp_path, "p.jsonl", '{"prompt": "a b c", "output_tokens": 3}\n')
+    spec = parse_spec({**SPEC, "load": {**SPEC["load"], "workload": {"kind": "dataset", "path": path}},
+                       "slo": {"ttft_p90_ms": 1000}})
+    ladder = load_points(spec)[0]
+    p = rate_point(spec, 2.0)
+    assert p.mode == LoadMode.POISSON and p.workload == ladder.workload and len(p.workload.sha256) == 64
+    trace = parse_spec({**SPEC, "load": {"mode": "trace", "workload": {"kind": "trace", "path": path}},
+                        "slo": {"ttft_p90_ms": 1000}})
+    assert not trace.capacity_on()  # a trace's arrivals are its own: no rate to search
+    with pytest.raises(SpecError, match="capacity.enabled: a trace replay"):
+        parse_spec({**SPEC, "load": {"mode": "trace", "workload": {"kind": "trace", "path": path}},
+                    "slo": {"ttft_p90_ms": 1000}, "capacity": {"enabled": True}})
