@@ -247,10 +247,7 @@ async def run_load(base_url: str, model: str, point: LoadPoint, *, seed_offset: 
         client = _Client(session, url, model, point, clock)
         drain, offered = None, None
         if point.mode == LoadMode.CLOSED:
-            if plan.sessions:
-                records, drain = await _closed_sessions(client, point, plan.requests, clock)
-            else:
-                records, drain = await _closed_loop(client, point, plan.requests, clock)
+            records, drain = await _closed_loop(client, point, plan.requests, clock, plan.sessions)
         elif plan.sessions:
             assert point.rate_rps is not None
             records = await _open_sessions(client, point, plan.requests, clock, seed_offset)
@@ -275,21 +272,33 @@ def _record(i: int, phase: str, scheduled: float, req: PlannedRequest) -> Reques
                          session=req.session, turn=req.turn)
 
 
-async def _closed_loop(client: _Client, point: LoadPoint, reqs: list[PlannedRequest],
-                       clock: Callable[[], float]) -> tuple[list[RequestRecord], float]:
+async def _closed_loop(client: _Client, point: LoadPoint, reqs: list[PlannedRequest], clock: Callable[[], float],
+                       sessions: bool = False) -> tuple[list[RequestRecord], float]:
+    """`concurrency` streams, each sending its next request when the previous one ends; with `sessions`, each
+    stream runs whole sessions, a turn as soon as the previous answer is in."""
     assert point.concurrency is not None
+    groups = _by_session(reqs) if sessions else [[(i, r)] for i, r in enumerate(reqs)]
     records: list[RequestRecord] = []
-    next_index = 0
+    next_group = 0
     first_idle: list[float] = []
 
     async def worker() -> None:
-        nonlocal next_index
-        while next_index < len(reqs):
-            i = next_index
-            next_index += 1
-            rec = _record(i, "warmup" if i < point.warmup_requests else "measure", clock(), reqs[i])
-            records.append(rec)
-            await client.send(rec, reqs[i].prompt)
+        nonlocal next_group
+        while next_group < len(groups):
+            turns = groups[next_group]
+            next_group += 1
+            conv = _Conversation() if sessions else None
+            for i, req in turns:
+                rec = _record(i, "warmup" if i < point.warmup_requests else "measure", clock(), req)
+                records.append(rec)
+                if conv is None:
+                    await client.send(rec, req.prompt)
+                    continue
+                answer: list[str] = []
+                await client.send(rec, conv.prompt(req), answer)
+                if rec.status != "ok":
+                    break  # the conversation cannot go on without its answer; later turns are not sent
+                conv.answered(answer)
         first_idle.append(clock())
 
     await asyncio.gather(*(worker() for _ in range(point.concurrency)))
@@ -320,36 +329,6 @@ class _Conversation:
 
     def answered(self, answer: list[str]) -> None:
         self.text += "".join(answer) + "\n"
-
-
-async def _closed_sessions(client: _Client, point: LoadPoint, reqs: list[PlannedRequest],
-                           clock: Callable[[], float]) -> tuple[list[RequestRecord], float]:
-    """Each stream runs whole sessions back to back, a turn as soon as the previous answer ends."""
-    assert point.concurrency is not None
-    sessions = _by_session(reqs)
-    records: list[RequestRecord] = []
-    next_session = 0
-    first_idle: list[float] = []
-
-    async def worker() -> None:
-        nonlocal next_session
-        while next_session < len(sessions):
-            turns = sessions[next_session]
-            next_session += 1
-            conv = _Conversation()
-            for i, req in turns:
-                rec = _record(i, "warmup" if i < point.warmup_requests else "measure", clock(), req)
-                records.append(rec)
-                answer: list[str] = []
-                await client.send(rec, conv.prompt(req), answer)
-                if rec.status != "ok":
-                    break  # the conversation cannot go on without its answer; later turns are not sent
-                conv.answered(answer)
-        first_idle.append(clock())
-
-    await asyncio.gather(*(worker() for _ in range(point.concurrency)))
-    records.sort(key=lambda r: r.index)
-    return records, min(first_idle)
 
 
 def _phase(t: float, point: LoadPoint, horizon: float) -> str:
