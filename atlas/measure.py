@@ -34,6 +34,21 @@ from atlas.reuse import PrefixReuse, prefix_reuse
 from atlas.workloads.requests import RequestPlan, WorkloadInfo, plan_info, plan_requests
 
 
+def prompt_mismatch(plans: list[RequestPlan], runs: list[LoadRun]) -> str | None:
+    """A warning when the server counted another prompt length than planned for some requests (not for
+    sessions, whose prompts hold the engine's own answers, nor where the engine could not count)."""
+    off = n = 0
+    for plan, run in zip(plans, runs, strict=False):
+        if plan.sessions or not plan.counted or plan.kind == "fixed":  # fixed: LoadSummary checks it
+            return None
+        for rec in run.records:
+            if rec.prompt_tokens is not None and rec.index < len(plan.requests):
+                n += 1
+                off += rec.prompt_tokens != plan.requests[rec.index].prompt_tokens
+    return (f"prompt length: the server counted another length than planned for {off} of {n} requests"
+            if off else None)
+
+
 @dataclass
 class _Driven:
     """One drive of a point's load: the runs, their summaries, and what was read around them."""
@@ -146,6 +161,8 @@ class PointMeasurer:
         energy = (energy_of(samples, runs, meter.source, joules.error) if joules is not None
                   else EnergyResult(reason=no_energy))
         reuse = prefix_reuse(server_metrics, runs, plans[0].structural_reuse())
+        if mismatch := prompt_mismatch(plans, runs):
+            fit_warnings = [*fit_warnings, mismatch]
         return _Driven(runs, [summarize_load(r) for r in runs], before, after, server_metrics, fit_warnings, reset,
                        engine.verify(), energy, plan_info(plans[0]), reuse)
 

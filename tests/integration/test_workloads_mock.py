@@ -147,6 +147,7 @@ def test_a_sweep_records_the_workload_and_the_prefix_caching_effect(tmp_path):
     for x in results:
         w = x["config"]["load"]["workload"]
         assert w["kind"] == "shared_prefix" and w["seed"] == 0 and x["workload"]["requests"] == 24
+        assert not x["metrics"]["warnings"]  # the server counted every prompt as planned
         # 12 distinct prompts of 210 tokens sent twice: the first round shares the prefix (200) but for each
         # group's first, the second round shares whole prompts
         assert x["workload"]["structural_reuse"] == pytest.approx((10 * 200 + 12 * 210) / (24 * 210))

@@ -313,3 +313,19 @@ def test_capacity_rate_points_carry_the_pinned_workload(tmp_path):
     with pytest.raises(SpecError, match="capacity.enabled: a trace replay"):
         parse_spec({**SPEC, "load": {"mode": "trace", "workload": {"kind": "trace", "path": path}},
                     "slo": {"ttft_p90_ms": 1000}, "capacity": {"enabled": True}})
+
+
+def test_a_prompt_the_server_counts_otherwise_than_planned_is_a_warning():
+    from atlas.loadgen import LoadRun, RequestRecord
+    from atlas.measure import prompt_mismatch
+
+    p = point({"kind": "distribution", "prompt": {"dist": "uniform", "min": 5, "max": 50},
+               "output": {"dist": "uniform", "min": 2, "max": 4}})
+    plan = plan_requests(p, 4, 0, 2048, words)
+    recs = [RequestRecord(index=i, phase="measure", scheduled_s=0.0, prompt_tokens=r.prompt_tokens)
+            for i, r in enumerate(plan.requests)]
+    run = LoadRun(point=p, records=recs, started_at_unix=0.0, wall_s=1.0, offered_rate_rps=None)
+    assert prompt_mismatch([plan], [run]) is None
+    recs[2].prompt_tokens += 1  # e.g. the engine added a BOS token the plan did not count
+    assert prompt_mismatch([plan], [run]) == ("prompt length: the server counted another length than planned "
+                                              "for 1 of 4 requests")
