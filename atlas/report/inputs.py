@@ -36,6 +36,15 @@ def _spec_beside(results_dir: Path, name: str) -> tuple[SweepSpec | None, str | 
     return None, None
 
 
+def _defaults(spec: SweepSpec | None, results: list[RunResult]) -> list[Objective]:
+    """The default objectives; without the quality one where the sweep measured no quality at all (a
+    `quality: {enabled: false}` spec): cost and latency are then all a frontier can compare."""
+    objs = default_objectives(spec.quality.objective if spec else "accuracy")
+    if (spec is not None and not spec.quality.enabled) or not any(r.quality is not None for r in results):
+        return objs[:2]
+    return objs
+
+
 def sweep_inputs(results_dir: Path, objectives: list[Objective] | None = None,
                  traffic_rps: float | None = None) -> tuple[list[SweepInputs], list[str]]:
     """Per sweep under results_dir, what its report is made from; the load errors (one line each)."""
@@ -63,6 +72,6 @@ def sweep_inputs(results_dir: Path, objectives: list[Objective] | None = None,
         out.append(SweepInputs(
             name=name, results=rs, capacities=caps, spec=spec,
             slo=caps[0].slo if caps else (spec.slo if spec else None),
-            objectives=objectives or default_objectives(spec.quality.objective if spec else "accuracy"),
+            objectives=objectives or _defaults(spec, rs),
             traffic_rps=traffic_rps or (spec.capacity.traffic_rps if spec else None)))
     return out, errors

@@ -159,5 +159,7 @@ def test_a_sweep_records_the_workload_and_the_prefix_caching_effect(tmp_path):
     assert out.exit_code == 0, out.output
     html = (tmp_path / "site" / "wl" / "index.html").read_text()
     assert "Prefix caching" in html and "shared-prefix" in html
+    # no quality was measured: the frontier compares cost and latency, it does not leave every point out
+    assert "0 on the Pareto frontier" not in html and "Task accuracy" not in html
     page = (tmp_path / "site" / "wl" / "configs" / f"{by[True]['run_id']}.html").read_text()
     assert "Workload <b>shared_prefix</b>" in page and "in its prefix cache" in page
