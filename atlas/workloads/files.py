@@ -10,7 +10,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 from atlas.config import SpecError
@@ -191,7 +191,7 @@ def _azure_time(s: str) -> float:
     m = _AZURE_TS.match(s.strip())
     if not m:
         raise ValueError(f"not a timestamp: {s!r}")
-    base = datetime.fromisoformat(m.group(1).replace("T", " "))
+    base = datetime.fromisoformat(m.group(1).replace("T", " ")).replace(tzinfo=UTC)  # no DST jumps
     frac = float("0." + m.group(2)) if m.group(2) else 0.0
     return base.timestamp() + frac
 
