@@ -11,7 +11,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from atlas.engines.knobs_base import drop_flat_defaults
 from atlas.engines.registry import ADAPTERS, DEFAULT_ENGINE, AnyGrid, engine_kinds
 from atlas.knobs import MAX_REQUESTS, MAX_SECONDS, MAX_STREAMS, MAX_TOKENS, LoadMode
-from atlas.models import Frozen, LateFields
+from atlas.models import Frozen, LateFields, read_text
 from atlas.slo import SloSpec
 from atlas.workloads.spec import FixedWorkload, TraceWorkload, Workload
 
@@ -323,12 +323,7 @@ def load_spec(path: str | Path, **overrides: Any) -> SweepSpec:
     """The spec in a YAML file; `overrides` replace top-level keys before validation (the CLI's --gpu and
     --engine: grids that name no engine take the spec's)."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise SpecError(f"{p}: not a YAML text file (byte {e.start} is not UTF-8)") from None
-    except OSError as e:
-        raise SpecError(f"{p}: cannot read sweep spec: {e.strerror or e}") from None
+    text = read_text(p, "YAML", SpecError)
     try:
         data = yaml.safe_load(text)
         if overrides:

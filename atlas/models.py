@@ -3,6 +3,7 @@ after results existed kept out of the serialized form while unset (so old run id
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
@@ -26,3 +27,13 @@ class LateFields(Frozen):
             if out.get(name) is None:
                 out.pop(name, None)
         return out  # type: ignore[no-any-return]
+
+
+def read_text(p: Path, what: str, error: type[Exception]) -> str:
+    """A file's UTF-8 text, or `error` with one line naming the file: not text, or not readable."""
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise error(f"{p}: not a {what} text file (byte {e.start} is not UTF-8)") from None
+    except OSError as e:
+        raise error(f"{p}: cannot read {what}: {e.strerror or e}") from None

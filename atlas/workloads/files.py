@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from atlas.config import SpecError
+from atlas.models import read_text
 
 BUILTIN_DIR = Path(__file__).resolve().parents[1] / "data" / "workloads"
 USER_ROLES = {"human": "user", "user": "user"}
@@ -78,12 +79,7 @@ def sha256_of(p: Path) -> str:
 
 
 def _text(p: Path) -> str:
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise WorkloadError(f"{p}: not a UTF-8 text file (byte {e.start})") from None
-    except OSError as e:
-        raise WorkloadError(f"{p}: cannot read: {e.strerror or e}") from None
+    text = read_text(p, "workload", WorkloadError)
     if not text.strip():
         raise WorkloadError(f"{p}: empty workload file")
     return text

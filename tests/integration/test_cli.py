@@ -134,7 +134,7 @@ def test_unreadable_specs_and_results_folders_are_one_line_errors(tmp_path):
     cases = [
         (_spec(tmp_path, b"\xff\xfe\x00\x01binary", "bin.yaml"), "not a YAML text file"),
         (_spec(tmp_path, "a: " + "[" * 50000 + "]" * 50000 + "\n", "deep.yaml"), "deep.yaml"),
-        (str(tmp_path / "missing.yaml"), "cannot read sweep spec"),
+        (str(tmp_path / "missing.yaml"), "cannot read YAML"),
     ]
     for path, words in cases:
         r = runner.invoke(app, ["validate", path])
