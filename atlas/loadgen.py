@@ -9,9 +9,11 @@ plain dataclasses (not pydantic) because they are built on the hot path of every
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -213,10 +215,13 @@ def requests_of(point: LoadPoint) -> int:
     return point.num_requests + (point.warmup_requests if point.mode == LoadMode.CLOSED else 0)
 
 
-def fixed_plan(prompts: list[str], point: LoadPoint) -> RequestPlan:
+def fixed_plan(prompts: list[str], point: LoadPoint, counted: bool = True,
+               warnings: list[str] | None = None) -> RequestPlan:
+    """The plan of a point without a workload: these prompts, each `prompt_tokens` in, `output_tokens` out."""
     from atlas.workloads.requests import PlannedRequest, RequestPlan
 
-    return RequestPlan("fixed", [PlannedRequest(p, point.output_tokens, point.prompt_tokens) for p in prompts])
+    return RequestPlan("fixed", [PlannedRequest(p, point.output_tokens, point.prompt_tokens) for p in prompts],
+                       counted=counted, warnings=warnings or [])
 
 
 async def run_load(base_url: str, model: str, point: LoadPoint, *, seed_offset: int = 0,
@@ -331,6 +336,11 @@ class _Conversation:
         self.text += "".join(answer) + "\n"
 
 
+def _gate(point: LoadPoint) -> AbstractAsyncContextManager[object]:
+    """Open loop: the client's cap on requests in flight (`max_in_flight`), or none."""
+    return asyncio.Semaphore(point.max_in_flight) if point.max_in_flight else contextlib.nullcontext()
+
+
 def _phase(t: float, point: LoadPoint, horizon: float) -> str:
     if t < point.warmup_s:
         return "warmup"
@@ -349,7 +359,7 @@ async def _open_sessions(client: _Client, point: LoadPoint, reqs: list[PlannedRe
                               point.arrival_seed + seed_offset, point.burstiness)
     horizon = float(starts[-1]) if len(starts) else 0.0
     records: list[RequestRecord] = []
-    gate = asyncio.Semaphore(point.max_in_flight) if point.max_in_flight else None
+    gate = _gate(point)
 
     async def run_session(turns: list[tuple[int, PlannedRequest]], start: float) -> None:
         conv = _Conversation()
@@ -363,11 +373,8 @@ async def _open_sessions(client: _Client, point: LoadPoint, reqs: list[PlannedRe
             rec = _record(i, _phase(at, point, horizon), at, req)
             records.append(rec)
             answer: list[str] = []
-            if gate is None:
+            async with gate:
                 await client.send(rec, conv.prompt(req), answer)
-            else:
-                async with gate:
-                    await client.send(rec, conv.prompt(req), answer)
             if rec.status != "ok":
                 break
             conv.answered(answer)
@@ -380,14 +387,11 @@ async def _open_sessions(client: _Client, point: LoadPoint, reqs: list[PlannedRe
 async def _open_loop(client: _Client, point: LoadPoint, reqs: list[PlannedRequest], sched: np.ndarray,
                      clock: Callable[[], float]) -> list[RequestRecord]:
     horizon = float(sched[-1]) if len(sched) else 0.0
-    gate = asyncio.Semaphore(point.max_in_flight) if point.max_in_flight else None
+    gate = _gate(point)
     records = [_record(i, _phase(t, point, horizon), t, req)
                for i, (t, req) in enumerate(zip(sched.tolist(), reqs, strict=True))]
 
     async def fire(rec: RequestRecord, prompt: str) -> None:
-        if gate is None:
-            await client.send(rec, prompt)
-            return
         async with gate:
             await client.send(rec, prompt)
 

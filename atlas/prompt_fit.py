@@ -35,8 +35,11 @@ class PromptFit:
         return None
 
 
-def _fit_one(words: list[str], target: int, count: Counter, rng: np.random.Generator) -> tuple[str, int | None]:
-    text = PROMPT_HEAD + " ".join(words)
+def fit_words(words: list[str], target: int, count: Counter, rng: np.random.Generator,
+              head: str = PROMPT_HEAD) -> tuple[str, int | None]:
+    """`head` and `words`, words added or dropped until `count` says the text is `target` tokens: the text and
+    how many tokens it is short (0: exact; None: `count` could not count)."""
+    text = head + " ".join(words)
     best: tuple[int, str] | None = None
     for _ in range(ROUNDS):
         n = count(text)
@@ -57,7 +60,7 @@ def _fit_one(words: list[str], target: int, count: Counter, rng: np.random.Gener
             del words[-drop:]
             if abs(off) == 1 and best[0] == 1:
                 words[-1] = WORDS[int(rng.integers(0, len(WORDS)))]
-        text = PROMPT_HEAD + " ".join(words)
+        text = head + " ".join(words)
     assert best is not None
     return best[1], best[0]
 
@@ -70,7 +73,7 @@ def exact_prompts(n: int, target: int, seed: int, count: Counter) -> tuple[list[
     out, offs = [], []
     for text in base:
         words = text[len(PROMPT_HEAD):].split()
-        fitted, off = _fit_one(words, target, count, rng)
+        fitted, off = fit_words(words, target, count, rng)
         if off is None:
             return base, PromptFit(n=n, target=target, exact=0, max_off=0, counted=False)
         out.append(fitted)

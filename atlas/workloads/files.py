@@ -11,6 +11,7 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from pathlib import Path
 
 from atlas.config import SpecError
@@ -71,6 +72,15 @@ def resolve(path: str) -> Path:
 
 
 def sha256_of(p: Path) -> str:
+    """The file's sha256 (computed once while its size and modification time stay the same: every capacity
+    rate point pins its workload again)."""
+    st = p.stat()
+    return _sha256(str(p.resolve()), st.st_size, st.st_mtime_ns)
+
+
+@lru_cache(maxsize=64)
+def _sha256(path: str, size: int, mtime_ns: int) -> str:
+    p = Path(path)
     h = hashlib.sha256()
     with p.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

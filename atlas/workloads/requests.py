@@ -15,8 +15,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from atlas.config import LoadPoint
-from atlas.loadgen import WORDS, make_prompts
-from atlas.prompt_fit import exact_prompts
+from atlas.loadgen import WORDS, fixed_plan, make_prompts
+from atlas.prompt_fit import exact_prompts, fit_words
 from atlas.workloads.files import (
     Conversation,
     PromptRow,
@@ -118,30 +118,15 @@ class _Texts:
         self.counted = count is not None
 
     def make(self, n: int, head: str = "") -> tuple[str, int]:
-        """A text of `n` tokens (the head included); without a tokenizer, of `n` words."""
+        """A text of `n` tokens (the head included; prompt_fit.fit_words); without a tokenizer, of `n` words."""
         words = [WORDS[i] for i in self.rng.integers(0, len(WORDS), size=max(1, n - len(head.split())))]
         if self.count is None or not self.counted:
             return head + " ".join(words), len(head.split()) + len(words)
-        best: tuple[int, str] | None = None
-        for _ in range(12):
-            text = head + " ".join(words)
-            got = self.count(text)
-            if got is None:
-                self.counted = False
-                return text, n
-            off = n - got
-            if best is None or abs(off) < abs(best[0]):
-                best = (off, text)
-            if off == 0:
-                break
-            if off > 0:
-                words += [WORDS[i] for i in self.rng.integers(0, len(WORDS), size=off)]
-            elif len(words) > 1:
-                del words[-min(-off, len(words) - 1):]
-            else:
-                break
-        assert best is not None
-        return best[1], n - best[0]
+        text, short = fit_words(words, n, self.count, self.rng, head)
+        if short is None:
+            self.counted = False
+            return text, n
+        return text, n - short
 
     def tokens(self, text: str, synthetic: bool = False) -> int:
         """`text`'s tokens in the served tokenizer; without one an estimate: a word a token for Atlas's own word
@@ -240,8 +225,7 @@ def plan_requests(point: LoadPoint, n: int, seed_offset: int, max_model_len: int
             prompts, fit = exact_prompts(n, point.prompt_tokens, seed, count)
             counted = fit.counted
             warning = fit.warning()
-        reqs = [PlannedRequest(p, point.output_tokens, point.prompt_tokens) for p in prompts]
-        return RequestPlan("fixed", reqs, counted=counted, warnings=[warning] if count and warning else [])
+        return fixed_plan(prompts, point, counted, [warning] if count and warning else [])
     assert not isinstance(w, FixedWorkload)  # normalized to None by LoadShape
     rng = np.random.default_rng([w.seed, seed])
     texts = _Texts(count, rng)
