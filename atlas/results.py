@@ -207,7 +207,23 @@ def _load_or_none(path: Path, load: Callable[[Path], Any]) -> Any:
 def load_result_file(path: Path) -> RunResult:
     data = migrate(_read_object(path, "result file"), str(path))
     checked = {k: data.get(k) for k in ("metrics", "repeats", "cost", "wall_s", "goodput", "energy")}
-    return _validated(RunResult, data, path, "result", checked)  # type: ignore[no-any-return]
+    return audited(_validated(RunResult, data, path, "result", checked))
+
+
+def audit_reason(r: RunResult) -> str | None:
+    """Why the engine's adapter says a stored measured result cannot stand for its config (None: it can)."""
+    from atlas.engines.registry import ADAPTERS
+
+    a = ADAPTERS.get(r.config.engine)
+    return a.audit(r) if a is not None and r.source == "measured" and r.status in DONE_STATUSES else None
+
+
+def audited(r: RunResult) -> RunResult:
+    """A result its adapter's audit rejects becomes invalid with the reason (its numbers stay readable)."""
+    reason = audit_reason(r)
+    if reason is None or reason in r.reasons:
+        return r
+    return r.model_copy(update={"status": "invalid", "reasons": [*r.reasons, reason]})
 
 
 class ResultStore:
@@ -297,7 +313,8 @@ class ResultStore:
     def is_complete(self, run_id: str, config: RunConfig) -> bool:
         """--resume keeps a result only when it is readable, current, finished and for this exact config."""
         r = self.get(run_id)
-        return r is not None and r.status in DONE_STATUSES and r.config == config
+        return (r is not None and r.status in DONE_STATUSES and r.config == config
+                and audit_reason(r.model_copy(update={"status": "ok"})) is None)
 
     def read_records(self, result: RunResult) -> list[dict[str, Any]]:
         if not result.records_file:

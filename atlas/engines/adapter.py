@@ -60,6 +60,12 @@ class EngineAdapter(Protocol):
         """The engine (not started) that serves this config from `model_path`."""
         ...
 
+    def audit(self, result: Any) -> str | None:
+        """Why a stored measured result of this engine cannot stand for its config (measured by an Atlas that
+        started the engine differently from what the config says), or None. Such a result loads as invalid
+        with the reason and a resumed sweep measures it again."""
+        ...
+
 
 class ModelUnavailable(ValueError):
     """The weights a server config needs cannot be had (a missing file, a checkpoint without KV scales)."""

@@ -113,3 +113,37 @@ def test_a_gguf_given_as_model_path_must_be_pinned(tmp_path):
     assert path == f and prov["pinned_sha256"] == digest
     # the pin joins run ids only when given: configs measured before it existed keep theirs
     assert "sha256" not in ModelSpec(id="x", source="embedded").model_dump()
+
+
+def test_prompt_cache_follows_the_prefix_caching_knob():
+    """llama-server reuses a repeated prompt by default (slot cache and --cache-ram): off must mean off."""
+    kw = dict(binary="b", served_name="m", host="h", port=1, max_model_len=64)
+    off = build_argv(LlamaCppKnobs(), "/m.gguf", **kw)
+    assert "--no-cache-prompt" in off and off[off.index("--cache-ram") + 1] == "0"
+    on_knobs = LlamaCppKnobs(enable_prefix_caching=True)
+    on = build_argv(on_knobs, "/m.gguf", **kw)
+    assert "--cache-prompt" in on and "--no-cache-prompt" not in on and "--cache-ram" not in on
+    assert on_knobs.prefix_caching and on_knobs.label().endswith("prefix-cache")
+    assert on_knobs.id_form()["enable_prefix_caching"] is True
+    assert LlamaCppKnobs().id_form()["enable_prefix_caching"] is False  # ids of cache-off configs unchanged
+
+
+def test_a_result_measured_with_the_prompt_cache_silently_on_loads_invalid_and_is_measured_again(tmp_path):
+    """Results from before the prompt cache was turned off for cache-off configs replayed cached prompts."""
+    from atlas.results import Provenance, ResultStore, RunResult
+
+    s = spec({"quantization": ["q8_0"]})
+    item = expand(s, get_gpu("cpu"))[0]
+    store = ResultStore(tmp_path, "t")
+    old_argv = build_argv(item.config.server, "/m.gguf", binary="b", served_name="m", host="h", port=1,
+                          max_model_len=64)
+    old_argv = [a for a in old_argv if a not in ("--no-cache-prompt", "--cache-ram", "0")]
+    for argv, audited in ((old_argv, True), (old_argv + ["--no-cache-prompt", "--cache-ram", "0"], False)):
+        prov = Provenance(atlas_version="0", model_id="m", host_cpu="c", python="3", started_at="t",
+                          engine={"argv": argv})
+        store.write(RunResult(run_id=item.run_id, sweep="t", status="ok", label="x", config=item.config,
+                              provenance=prov))
+        back = store.get(item.run_id)
+        assert (back.status == "invalid") is audited
+        assert any("prompt cache on" in x for x in back.reasons) is audited
+        assert store.is_complete(item.run_id, item.config) is not audited

@@ -56,4 +56,9 @@ class LlamaCppAdapter:
                               extra_args=spec.extra_engine_args)
 
 
+    def audit(self, result: Any) -> str | None:
+        from atlas.engines.llamacpp.engine import audit
+
+        return audit(result)
+
 ADAPTER: EngineAdapter = LlamaCppAdapter()

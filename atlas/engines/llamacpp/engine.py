@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from atlas.engines.base import EngineError
 from atlas.engines.llamacpp.gguf import GgufError, llama_cpp_version, perplexity
@@ -41,6 +42,8 @@ def build_argv(server: LlamaCppKnobs, gguf: str, *, binary: str, served_name: st
             "--cache-type-k", kv, "--cache-type-v", kv,
             "--flash-attn", "on",  # a quantized V cache needs flash attention; on for every config alike
             "--metrics", "--no-webui", "--seed", "0"]
+    # the prompt cache as the knob says (llama-server's default is on: a repeated prompt is not prefilled)
+    argv += ["--cache-prompt"] if server.enable_prefix_caching else ["--no-cache-prompt", "--cache-ram", "0"]
     if server.max_num_batched_tokens is not None:
         argv += ["--batch-size", str(server.max_num_batched_tokens)]
     if server.n_ubatch is not None:
@@ -53,6 +56,21 @@ def build_argv(server: LlamaCppKnobs, gguf: str, *, binary: str, served_name: st
 SCRAPED = ("llamacpp:requests_processing", "llamacpp:requests_deferred", "llamacpp:n_decode_total",
            "llamacpp:n_busy_slots_per_decode", "llamacpp:kv_cache_usage_ratio", "llamacpp:kv_cache_tokens",
            "llamacpp:tokens_predicted_total", "llamacpp:prompt_tokens_total")
+
+
+UNCACHED_FLAG = "--no-cache-prompt"
+
+
+def audit(result: Any) -> str | None:
+    """Why a stored llama.cpp result cannot stand for its config: measured before Atlas turned llama-server's
+    prompt cache off for a config that says it is off (its c>1 and later points replayed cached prompts)."""
+    argv = (result.provenance.engine.get("argv") if result.provenance else None) or []
+    if result.source != "measured" or result.config.server.enable_prefix_caching or not argv:
+        return None
+    if UNCACHED_FLAG in argv:
+        return None
+    return ("measured with llama-server's prompt cache on (no --no-cache-prompt in its argv) while the config says "
+            "prefix caching off: repeated prompts were not prefilled; re-measure it")
 
 
 def server_version(binary: Path) -> str | None:

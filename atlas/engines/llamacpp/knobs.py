@@ -53,6 +53,10 @@ class LlamaCppKnobs(EngineKnobs):
     max_num_seqs: int = Field(256, ge=1, le=MAX_STREAMS, description="slots (--parallel)")
     max_num_batched_tokens: int | None = Field(None, ge=16, le=MAX_TOKENS, description="n_batch (--batch-size)")
     n_ubatch: int | None = Field(None, ge=1, le=MAX_TOKENS, description="physical batch (--ubatch-size)")
+    # llama-server reuses prompts by default twice over: a slot keeps its last prompt's KV (--cache-prompt) and
+    # finished prompts are kept in host memory (--cache-ram, 8 GiB) and loaded back for a request repeating one.
+    # Off here means both off (--no-cache-prompt --cache-ram 0): every prompt is prefilled, as the knob says.
+    enable_prefix_caching: bool = Field(False, description="llama-server's prompt cache (--cache-prompt, --cache-ram)")
 
     def id_form(self) -> dict[str, Any]:
         # The flat layout llama.cpp results were measured under (vLLM's knobs at their defaults beside the
@@ -60,7 +64,7 @@ class LlamaCppKnobs(EngineKnobs):
         out = {"dtype": "bfloat16", "quantization": self.quantization.value,
                "kv_cache_dtype": self.kv_cache_dtype.value, "max_num_seqs": self.max_num_seqs,
                "max_num_batched_tokens": self.max_num_batched_tokens, "enable_chunked_prefill": None,
-               "enable_prefix_caching": False, "gpu_memory_utilization": None}
+               "enable_prefix_caching": self.enable_prefix_caching, "gpu_memory_utilization": None}
         if self.n_ubatch is not None:
             out["n_ubatch"] = self.n_ubatch
         return out
@@ -78,6 +82,8 @@ class LlamaCppKnobs(EngineKnobs):
             parts.append(f"batch:{self.max_num_batched_tokens}")
         if self.n_ubatch is not None:
             parts.append(f"ubatch:{self.n_ubatch}")
+        if self.enable_prefix_caching:
+            parts.append("prefix-cache")
         return " ".join(parts)
 
     @property
@@ -87,3 +93,7 @@ class LlamaCppKnobs(EngineKnobs):
     @property
     def batch_tokens(self) -> int | None:
         return self.max_num_batched_tokens
+
+    @property
+    def prefix_caching(self) -> bool:
+        return self.enable_prefix_caching

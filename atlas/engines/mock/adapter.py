@@ -58,4 +58,7 @@ class MockAdapter:
         return MockEngine(opts, log_path, port=spec.port, startup_timeout_s=spec.startup_timeout_s)
 
 
+    def audit(self, result: Any) -> str | None:
+        return None
+
 ADAPTER: EngineAdapter = MockAdapter()

@@ -77,4 +77,7 @@ class SglangAdapter:
                             env=spec.engine_env, extra_args=spec.extra_engine_args)
 
 
+    def audit(self, result: Any) -> str | None:
+        return None
+
 ADAPTER: EngineAdapter = SglangAdapter()

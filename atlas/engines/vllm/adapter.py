@@ -97,4 +97,7 @@ class VllmAdapter:
                           extra_args=spec.extra_engine_args)
 
 
+    def audit(self, result: Any) -> str | None:
+        return None
+
 ADAPTER: EngineAdapter = VllmAdapter()
