@@ -64,3 +64,46 @@ def test_real_llamacpp_sweep_shows_quantization_tradeoffs(tmp_path, artifacts):
     (artifacts / "llamacpp-sweep.txt").write_text(r.output + "\n" + "\n".join(
         f"{x.label}: {x.metrics.output_tok_s:.1f} tok/s, ppl {x.quality.perplexity:.2f}, "
         f"agree {x.quality.comparison.agreement if x.quality.comparison else 1.0:.2f}" for x in results))
+
+
+PREFIX_SPEC = """
+name: tiny-llamacpp-prefix
+engine: llamacpp
+gpu: cpu
+model: {id: SmolLM2-135M-Instruct, source: embedded, max_model_len: 512}
+grid: {quantization: [q8_0], kv_cache_dtype: [f16], max_num_seqs: [2], enable_prefix_caching: [false, true]}
+load:
+  mode: closed
+  concurrency: [1, 2]
+  num_requests: 8
+  warmup_requests: 0
+  output_tokens: 4
+  min_requests: 4
+  min_duration_s: 0.2
+  repeats: 1
+  workload: {kind: shared_prefix, groups: 2, prefix_tokens: 96, questions_per_group: 4, question_tokens: 8}
+quality: {enabled: false}
+"""
+
+
+@pytest.mark.embedded
+@pytest.mark.timeout(600)
+def test_real_llamacpp_prompt_cache_is_off_unless_asked_and_each_point_starts_cold(tmp_path):
+    """llama-server's default prompt cache would serve a later point's replayed prompts unprefilled: off must be
+    off (no cached tokens at all), and on must be emptied before each point (the second point hits no more
+    than the first: what its own groups share)."""
+    _need_llama_server()
+    spec_path = tmp_path / "prefix.yaml"
+    spec_path.write_text(PREFIX_SPEC)
+    r = CliRunner().invoke(app, ["sweep", str(spec_path), "--gpu", "cpu", "--results", str(tmp_path / "results")])
+    assert r.exit_code == 0, r.output
+    results, errors = load_results(tmp_path / "results")
+    assert not errors and len(results) == 4 and all(x.status in ("ok", "invalid") for x in results)
+    by = {(x.config.server.enable_prefix_caching, x.config.load.concurrency): x for x in results}
+    for c in (1, 2):
+        off, on = by[(False, c)], by[(True, c)]
+        assert "--no-cache-prompt" in off.provenance.engine["argv"] and off.prefix_reuse.hit_rate is None
+        shared = on.workload.structural_reuse
+        assert 0.5 * shared <= on.prefix_reuse.hit_rate <= shared + 0.05, (c, on.prefix_reuse, shared)
+    # replaying the same 8 prompts after c=1 would hit nearly all of each prompt if the slots were not emptied
+    assert by[(True, 2)].prefix_reuse.hit_rate <= by[(True, 1)].prefix_reuse.hit_rate + 0.05

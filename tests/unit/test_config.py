@@ -84,7 +84,7 @@ def test_knobs_are_per_engine_and_a_knob_an_engine_lacks_names_the_field():
     with pytest.raises(SpecError, match=r"grid\.0\.vllm\.quantization\.0|grid\..*quantization"):
         parse_spec({**MIN, "grid": {"quantization": ["q8_0"]}})
     for bad, field in (({"engine": "llamacpp", "dtype": ["float32"]}, "dtype"),
-                       ({"engine": "llamacpp", "enable_prefix_caching": [True]}, "enable_prefix_caching"),
+                       ({"engine": "llamacpp", "enable_chunked_prefill": [True]}, "enable_chunked_prefill"),
                        ({"n_ubatch": [8]}, "n_ubatch")):
         with pytest.raises(SpecError) as e:
             parse_spec({**MIN, "grid": bad})

@@ -121,8 +121,9 @@ def test_prompt_cache_follows_the_prefix_caching_knob():
     off = build_argv(LlamaCppKnobs(), "/m.gguf", **kw)
     assert "--no-cache-prompt" in off and off[off.index("--cache-ram") + 1] == "0"
     on_knobs = LlamaCppKnobs(enable_prefix_caching=True)
-    on = build_argv(on_knobs, "/m.gguf", **kw)
-    assert "--cache-prompt" in on and "--no-cache-prompt" not in on and "--cache-ram" not in on
+    on = build_argv(on_knobs, "/m.gguf", **kw, slot_dir="/r/logs/k.slots")
+    assert "--cache-prompt" in on and "--no-cache-prompt" not in on and on[on.index("--cache-ram") + 1] == "0"
+    assert on[on.index("--slot-save-path") + 1] == "/r/logs/k.slots"  # so /slots/N?action=erase may empty them
     assert on_knobs.prefix_caching and on_knobs.label().endswith("prefix-cache")
     assert on_knobs.id_form()["enable_prefix_caching"] is True
     assert LlamaCppKnobs().id_form()["enable_prefix_caching"] is False  # ids of cache-off configs unchanged

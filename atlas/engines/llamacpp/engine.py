@@ -32,7 +32,8 @@ def server_binary() -> Path:
 
 
 def build_argv(server: LlamaCppKnobs, gguf: str, *, binary: str, served_name: str, host: str, port: int,
-               max_model_len: int, threads: int | None = None, extra: list[str] | None = None) -> list[str]:
+               max_model_len: int, threads: int | None = None, extra: list[str] | None = None,
+               slot_dir: str | None = None) -> list[str]:
     """The llama-server command line for one server config (list form: never through a shell)."""
     slots = server.max_num_seqs
     kv = cache_type(server.kv_cache_dtype)
@@ -42,8 +43,13 @@ def build_argv(server: LlamaCppKnobs, gguf: str, *, binary: str, served_name: st
             "--cache-type-k", kv, "--cache-type-v", kv,
             "--flash-attn", "on",  # a quantized V cache needs flash attention; on for every config alike
             "--metrics", "--no-webui", "--seed", "0"]
-    # the prompt cache as the knob says (llama-server's default is on: a repeated prompt is not prefilled)
-    argv += ["--cache-prompt"] if server.enable_prefix_caching else ["--no-cache-prompt", "--cache-ram", "0"]
+    # the prompt cache as the knob says (llama-server's default is on: a repeated prompt is not prefilled). On:
+    # each slot reuses its last prompt's KV; the host-memory cache stays off and the slot-save path exists so
+    # that POST /slots/N?action=erase can empty every slot before a point (a point starts cold, as on vLLM)
+    if server.enable_prefix_caching:
+        argv += ["--cache-prompt", "--cache-ram", "0"] + (["--slot-save-path", slot_dir] if slot_dir else [])
+    else:
+        argv += ["--no-cache-prompt", "--cache-ram", "0"]
     if server.max_num_batched_tokens is not None:
         argv += ["--batch-size", str(server.max_num_batched_tokens)]
     if server.n_ubatch is not None:
@@ -104,9 +110,11 @@ class LlamaCppEngine(ProcessEngine):
                  gguf_provenance: dict | None = None):  # type: ignore[type-arg]
         binary = server_binary()
 
+        self.slot_dir = log_path.parent / f"{log_path.stem}.slots"
+
         def argv(p: int) -> list[str]:
             return build_argv(server, gguf, binary=str(binary), served_name=served_name, host=host, port=p,
-                              max_model_len=max_model_len, extra=extra_args)
+                              max_model_len=max_model_len, extra=extra_args, slot_dir=str(self.slot_dir))
 
         super().__init__(argv, served_name=served_name, host=host, port=port, log_path=log_path,
                          startup_timeout_s=startup_timeout_s, env={"LD_LIBRARY_PATH": _lib_path(binary), **(env or {})})
@@ -118,6 +126,18 @@ class LlamaCppEngine(ProcessEngine):
         answer = self._post_json("/tokenize", {"content": prompt, "add_special": True})
         tokens = answer.get("tokens") if answer else None
         return len(tokens) if isinstance(tokens, list) else None
+
+    def start(self) -> None:
+        if self.server.enable_prefix_caching:
+            self.slot_dir.mkdir(parents=True, exist_ok=True)  # llama-server requires it to exist
+        super().start()
+
+    def reset_prefix_cache(self) -> bool | None:
+        """Erases every slot's cached prompt (POST /slots/N?action=erase); None when the cache is off."""
+        if not self.server.enable_prefix_caching:
+            return None
+        done = [self._post_json(f"/slots/{i}?action=erase", {}) for i in range(self.server.max_num_seqs)]
+        return all(isinstance(d, dict) and "n_erased" in d for d in done)
 
     def perplexity(self, text: str) -> tuple[float, int]:
         from atlas.quality import QualityError

@@ -56,6 +56,7 @@ class LlamaCppKnobs(EngineKnobs):
     # llama-server reuses prompts by default twice over: a slot keeps its last prompt's KV (--cache-prompt) and
     # finished prompts are kept in host memory (--cache-ram, 8 GiB) and loaded back for a request repeating one.
     # Off here means both off (--no-cache-prompt --cache-ram 0): every prompt is prefilled, as the knob says.
+    # On means the slots' reuse only (the host-memory cache stays off), emptied before each point.
     enable_prefix_caching: bool = Field(False, description="llama-server's prompt cache (--cache-prompt, --cache-ram)")
 
     def id_form(self) -> dict[str, Any]:
