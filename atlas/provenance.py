@@ -10,6 +10,7 @@ from pathlib import Path
 
 from atlas import __version__
 from atlas.hardware import cpu_model_name, nvidia_gpu_details
+from atlas.probe import HardwareProbe
 from atlas.results import Provenance
 
 
@@ -32,12 +33,12 @@ def now_iso() -> str:
 
 
 def base_provenance(model_id: str, model_path: str | None, model_files: dict, engine_version: str | None,  # type: ignore[type-arg]
-                    sha: str | None) -> Provenance:
+                    sha: str | None, probe: HardwareProbe | None = None) -> Provenance:
     gpus = nvidia_gpu_details()
     return Provenance(atlas_version=__version__, git_sha=sha, engine_version=engine_version, model_id=model_id,
                       model_path=model_path, model_files=model_files, host_cpu=cpu_model_name(),
                       host_gpus=[str(g["name"]) for g in gpus], gpu_details=gpus, torch_version=_torch(),
-                      python=platform.python_version(), started_at=now_iso())
+                      python=platform.python_version(), started_at=now_iso(), hardware_probe=probe)
 
 
 def _torch() -> str | None:

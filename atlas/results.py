@@ -20,6 +20,7 @@ from atlas.energy import EnergyResult
 from atlas.goodput import Goodput
 from atlas.metrics import LoadSummary, RepeatStat
 from atlas.plan import RunConfig, SkippedRun
+from atlas.probe import HardwareProbe
 from atlas.quality import QualityResult
 from atlas.reuse import PrefixReuse
 from atlas.workloads.requests import WorkloadInfo
@@ -54,6 +55,7 @@ class Provenance(_M):
     started_at: str
     finished_at: str | None = None
     engine: dict[str, Any] = {}  # effective argv, reported KV capacity, start-up time
+    hardware_probe: HardwareProbe | None = None  # the machine's bandwidth and matmul rate, probed as the sweep began
 
 
 class CostResult(_M):
@@ -69,7 +71,10 @@ class SimulationInfo(_M):
     calibrated_on: str  # engine/gpu/numerics of the group whose efficiencies were used
     extrapolated: bool
     extrapolation_reasons: list[str]
-    relative_error: dict[str, float]  # half-width of the interval, as a fraction, per metric
+    relative_error: dict[str, float]  # held-out mean absolute error, as a fraction, per metric
+    # per metric, log half-widths of the 80% and 95% intervals (value / e^w .. value x e^w) from held-out errors
+    intervals: dict[str, dict[str, float]] = {}
+    probe_ratios: dict[str, float] | None = None  # this machine's probe / the calibration machine's
     roofline_tpot_ms: float  # physical lower bound for one decode step at this point's batch
     quality_from: str | None = None
     kv_cache_tokens: int | None = None  # memory model: KV tokens beside the weights (GPUs)

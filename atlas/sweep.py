@@ -24,6 +24,8 @@ from atlas.measure import PointMeasurer
 from atlas.numerics import NumericsKey, baselines
 from atlas.plan import PlannedRun, RunConfig, SkippedRun, expand
 from atlas.preflight import preflight
+from atlas.probe import HardwareProbe
+from atlas.probe import measure as measure_probe
 from atlas.provenance import base_provenance, git_sha, now_iso
 from atlas.quality import (
     QualityError,
@@ -98,9 +100,10 @@ class Sweeper:
     def __init__(self, spec: SweepSpec, gpu: GpuSpec, results_root: Path | str, *, resume: bool = False,
                  progress: Callable[[SweepEvent], None] | None = None, price_provider: str | None = None,
                  engine_factory: EngineFactory | None = None, check_hardware: bool = True,
-                 caps: dict[str, Caps] | None = None, capacity_guess: Callable[[RunConfig], Guess | None] | None = None):
+                 caps: dict[str, Caps] | None = None, capacity_guess: Callable[[RunConfig, HardwareProbe | None], Guess | None] | None = None):
         """`caps`: per engine, what the installed engine accepts (plan.expand skips what it cannot run);
-        `capacity_guess`: a first guess of a server config's capacity (the calibrated simulator)."""
+        `capacity_guess`: a first guess of a server config's capacity (the calibrated simulator), given this
+        machine's probe."""
         self.spec, self.gpu, self.caps = spec, gpu, caps
         self.store = ResultStore(results_root, spec.name)
         self.resume = resume
@@ -117,6 +120,7 @@ class Sweeper:
         self.total = 0
         self.models = ModelResolver(spec, lambda message: self._emit("note", message))
         self._sha = git_sha()
+        self.probe: HardwareProbe | None = None  # this machine's, taken before any engine starts
         self.capacity_guess = capacity_guess
         self.capacities: list[CapacityResult] = []
         self.points = PointMeasurer(spec, gpu, self.provider, lambda message: self._emit("note", message))
@@ -126,6 +130,10 @@ class Sweeper:
         """Checks the hardware, expands the spec and writes the spec beside the results; no engine starts."""
         if self.check_hardware:
             check_gpu_present(self.gpu)
+            self.probe = measure_probe(self.gpu)
+            if self.probe is not None:
+                self._emit("note", f"hardware probe: {self.probe.bandwidth_gb_s:.1f} GB/s copy, "
+                                   f"{self.probe.matmul_gflop_s:.0f} GFLOP/s matmul ({self.probe.seconds:.1f} s)")
         preflight(self.spec, self.gpu, self.provider, model_files=self.engine_factory is default_engine)
         items = expand(self.spec, self.gpu, self.caps)
         self.total = len(items)
@@ -261,7 +269,7 @@ class Sweeper:
             self._record_capacity(not_searched(self.spec, cfg, "engine died before the capacity search", "failed"), 0)
             return []
         self._emit("server", f"capacity search: {cfg.server.label()} under {self.spec.slo.describe()}")  # type: ignore[union-attr]
-        guess = self.capacity_guess(cfg) if self.capacity_guess is not None else None
+        guess = self.capacity_guess(cfg, self.probe) if self.capacity_guess is not None else None
         record, points = search_capacity(self.spec, cfg, ladder,
                                          lambda p: self._measure(live.engine, p, live.quality, live.prov),
                                          lambda m: self._emit("capacity_step", m), guess)
@@ -284,9 +292,9 @@ class Sweeper:
         try:
             model_path, model_files = self.models.resolve(server)
         except ModelUnavailable as e:
-            prov = base_provenance(self.spec.model.id, "", {}, engine_version, self._sha)
+            prov = base_provenance(self.spec.model.id, "", {}, engine_version, self._sha, self.probe)
             return _Refusal(f"model weights not available: {e}", [], prov)
-        prov = base_provenance(self.spec.model.id, model_path, model_files, engine_version, self._sha)
+        prov = base_provenance(self.spec.model.id, model_path, model_files, engine_version, self._sha, self.probe)
         if key in self.refused_keys:
             label, reason, tail = self.refused_keys[key]
             return _Refusal(f"{reason} (refused at start-up for {label}; same dtype/weights/KV cache)", tail, prov)
