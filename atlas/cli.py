@@ -315,6 +315,9 @@ def fit_cmd(results_dir: Path = typer.Argument(Path("results")), name: str = typ
         t.add_row(g.engine, g.gpu, "/".join(g.numerics), str(g.n_points), str(g.n_configs),
                   *[f"{pct(g.fit_mape.get(k))} / {pct(g.loco_mape.get(k))}" for k in REPORTED])
     console.print(t)
+    probes = {(p.bandwidth_gb_s, p.matmul_gflop_s) for g in artifact.groups if (p := g.probe) is not None}
+    console.print("training machine: " + ("; ".join(f"{bw:.1f} GB/s copy, {mm:.0f} GFLOP/s matmul" for bw, mm in sorted(probes))
+                                          or "not probed (results from before Atlas probed machines)"))
     console.print(f"artifact: {save(artifact, out / f'{name}.json')}")
 
 
@@ -322,8 +325,11 @@ def fit_cmd(results_dir: Path = typer.Argument(Path("results")), name: str = typ
 def simulate(spec: Path = typer.Option(..., help="sweep spec whose points to predict"),
              gpu: str = typer.Option(..., help="GPU to predict for"),
              artifact: Path = typer.Option(..., help="simulator/<name>.json from `atlas fit`"),
-             results: Path = typer.Option(Path("results"), help="measured results; predictions go to <sweep>/simulated/")) -> None:
+             results: Path = typer.Option(Path("results"), help="measured results; predictions go to <sweep>/simulated/"),
+             probe: bool = typer.Option(True, help="probe this machine (when it is the --gpu kind) and move the "
+                                                   "calibration to it")) -> None:
     """Predict every point of a spec that was not measured, labelled simulated, with intervals."""
+    from atlas.probe import probe_if_here
     from atlas.results import ResultStore, load_results
     from atlas.simulator.features import SimulatorError
     from atlas.simulator.fit import load
@@ -334,7 +340,10 @@ def simulate(spec: Path = typer.Option(..., help="sweep spec whose points to pre
         g = get_gpu(gpu)
         a = load(artifact)
         measured = load_results(results / s.name)[0] if (results / s.name).exists() else []
-        predicted = predict_spec(a, s, g, measured, s.price_provider)
+        here = probe_if_here(g) if probe else None
+        if here is not None:
+            console.print(f"this machine probed {here.bandwidth_gb_s:.1f} GB/s, {here.matmul_gflop_s:.0f} GFLOP/s")
+        predicted = predict_spec(a, s, g, measured, s.price_provider, here)
     except (*USER_ERRORS, SimulatorError) as e:
         _fail(e)
     store = ResultStore(results / s.name, "simulated")
@@ -350,7 +359,7 @@ def simulate(spec: Path = typer.Option(..., help="sweep spec whose points to pre
         known = {c.server_key for c in (load_capacities(folder)[0] if folder.exists() else [])
                  if c.source == "measured"}
         try:
-            caps = predict_capacities(a, s, g, measured, known, s.price_provider)
+            caps = predict_capacities(a, s, g, measured, known, s.price_provider, here)
         except SimulatorError as e:
             _fail(e)
         for rec, point in caps:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from atlas.engines.base import Engine
     from atlas.hardware import GpuSpec
     from atlas.plan import RunConfig
+    from atlas.simulator.scheduler import ChunkedScheduler
 
 Caps = dict[str, Any] | None  # what the installed engine accepts (JSON, so a search study can record it)
 
@@ -58,6 +59,10 @@ class EngineAdapter(Protocol):
 
     def engine(self, spec: SweepSpec, gpu: GpuSpec, cfg: RunConfig, model_path: str, log_path: Path) -> Engine:
         """The engine (not started) that serves this config from `model_path`."""
+        ...
+
+    def scheduler(self, server: Any, max_model_len: int, kv_capacity_tokens: int | None) -> ChunkedScheduler:
+        """The simulator's model of how this engine batches one server config's steps (and prices them)."""
         ...
 
     def audit(self, result: Any) -> str | None:

@@ -14,6 +14,7 @@ from atlas.config import SweepSpec
 from atlas.hardware import GpuSpec
 from atlas.metrics import LoadSummary
 from atlas.plan import PlannedRun, RunConfig, expand
+from atlas.probe import HardwareProbe
 from atlas.results import RunResult
 from atlas.simulator.features import SimulatorError
 from atlas.simulator.fit import CalibrationArtifact
@@ -30,14 +31,15 @@ def _error_for(target: str, errors: dict[str, float]) -> float:
 
 
 class _Predictor:
-    def __init__(self, artifact: CalibrationArtifact, spec: SweepSpec, cfg: RunConfig, provider: str | None):
-        self.artifact, self.spec, self.cfg, self.provider = artifact, spec, cfg, provider
+    def __init__(self, artifact: CalibrationArtifact, spec: SweepSpec, cfg: RunConfig, provider: str | None,
+                 probe: HardwareProbe | None = None):
+        self.artifact, self.spec, self.cfg, self.provider, self.probe = artifact, spec, cfg, provider, probe
         self.cache: dict[float, RunResult] = {}
 
     def at(self, rate: float) -> RunResult:
         if rate not in self.cache:
             c = self.cfg.model_copy(update={"load": rate_point(self.spec, rate)})
-            self.cache[rate] = predict_config(self.artifact, c, c.run_id(), self.spec.name, self.provider)
+            self.cache[rate] = predict_config(self.artifact, c, c.run_id(), self.spec.name, self.provider, self.probe)
         return self.cache[rate]
 
     def passes(self, rate: float, scale: float) -> bool:
@@ -79,11 +81,12 @@ class _Predictor:
 
 
 def predict_capacity(artifact: CalibrationArtifact, spec: SweepSpec, cfg: RunConfig,
-                     price_provider: str | None = None) -> CapacityResult:
-    """The simulated capacity record of one server config (source simulated, with its interval)."""
+                     price_provider: str | None = None, probe: HardwareProbe | None = None) -> CapacityResult:
+    """The simulated capacity record of one server config (source simulated, with its interval); `probe`: the
+    machine it is for."""
     if spec.slo is None:
         raise SimulatorError("a capacity prediction needs the spec's slo")
-    p = _Predictor(artifact, spec, cfg, price_provider)
+    p = _Predictor(artifact, spec, cfg, price_provider, probe)
     record = capacity_record(spec, cfg, "ok", []).model_copy(update={"source": "simulated"})
     mid = p.capacity(0.0)
     if mid is None:
@@ -108,9 +111,9 @@ def simulator_guess(artifact: CalibrationArtifact, spec: SweepSpec, price_provid
     """A first-guess function for a measured capacity search: the simulated capacity where the artifact
     calibrates this config without extrapolating (bracket step 1.5), else None (the ladder guesses)."""
 
-    def guess(cfg: RunConfig) -> Guess | None:
+    def guess(cfg: RunConfig, probe: HardwareProbe | None = None) -> Guess | None:
         try:
-            rec = predict_capacity(artifact, spec, cfg, price_provider)
+            rec = predict_capacity(artifact, spec, cfg, price_provider, probe)
         except SimulatorError:
             return None
         if rec.capacity_rps is None or "extrapolated" in (rec.simulation or ""):
@@ -121,8 +124,8 @@ def simulator_guess(artifact: CalibrationArtifact, spec: SweepSpec, price_provid
 
 
 def predict_capacities(artifact: CalibrationArtifact, spec: SweepSpec, gpu: GpuSpec, measured: list[RunResult],
-                       measured_keys: set[str], price_provider: str | None = None
-                       ) -> list[tuple[CapacityResult, RunResult | None]]:
+                       measured_keys: set[str], price_provider: str | None = None,
+                       probe: HardwareProbe | None = None) -> list[tuple[CapacityResult, RunResult | None]]:
     """For every server config of `spec` on `gpu` whose capacity was not measured (`measured_keys`), the
     simulated capacity record and the simulated point at capacity (with its numerics' measured quality when
     there is one), so the report can put it on the capacity frontier, labelled simulated."""
@@ -134,11 +137,11 @@ def predict_capacities(artifact: CalibrationArtifact, spec: SweepSpec, gpu: GpuS
         if not isinstance(item, PlannedRun) or key in measured_keys or key in seen:
             continue
         seen.add(key)
-        rec = predict_capacity(artifact, spec, item.config, price_provider)
+        rec = predict_capacity(artifact, spec, item.config, price_provider, probe)
         point = None
         if rec.capacity_rps is not None:
             c = item.config.model_copy(update={"load": rate_point(spec, rec.capacity_rps)})
-            point = with_quality(predict_config(artifact, c, c.run_id(), spec.name, price_provider), sources)
+            point = with_quality(predict_config(artifact, c, c.run_id(), spec.name, price_provider, probe), sources)
             rec = rec.model_copy(update={"point_run_id": point.run_id})
         out.append((rec, point))
     return out

@@ -49,12 +49,14 @@ def step_costs(model: ModelSpec, server: ServerKnobs, gpu: GpuSpec) -> StepCosts
 
 @dataclass(frozen=True)
 class Efficiencies:
-    overhead_s: float  # fixed cost of every step (scheduling, kernel launches, sampling)
+    overhead_s: float  # fixed cost of every step (scheduling, kernel launches)
     bw_eff: float  # achieved fraction of peak bandwidth
     compute_eff: float  # achieved fraction of peak FLOP/s
+    sample_s: float = 0.0  # cost of each sequence that samples a token in the step (sampling, detokenizing, streaming)
 
-    def step_s(self, c: StepCosts, tokens: int, ctx_tokens: int) -> float:
-        return (self.overhead_s + (c.weight_bytes + ctx_tokens * c.kv_bytes_per_token) / (c.bandwidth_b_s * self.bw_eff)
+    def step_s(self, c: StepCosts, tokens: int, ctx_tokens: int, sampled: int = 0) -> float:
+        return (self.overhead_s + self.sample_s * sampled
+                + (c.weight_bytes + ctx_tokens * c.kv_bytes_per_token) / (c.bandwidth_b_s * self.bw_eff)
                 + c.flops_per_token * tokens / (c.peak_flop_s * self.compute_eff))
 
 

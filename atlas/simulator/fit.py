@@ -12,19 +12,33 @@ from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
-from scipy.optimize import least_squares
 
 from atlas import __version__
 from atlas.config import ModelSpec
 from atlas.hardware import get_gpu
 from atlas.metrics import LoadSummary, summarize_load
+from atlas.probe import HardwareProbe, median_probe
 from atlas.results import RunResult
 from atlas.simulator.features import Efficiencies, SimulatorError, step_costs
+from atlas.simulator.joint import fit_family
 from atlas.simulator.queue import mean_lengths, simulate
 
-ARTIFACT_VERSION = 1
+ARTIFACT_VERSION = 2  # 2: held-out intervals and the machine probe (version 1 loads with neither)
 TARGETS = ("tpot_p50_ms", "ttft_p50_ms", "e2e_p50_ms", "output_tok_s")  # fitted
-REPORTED = (*TARGETS, "ttft_p99_ms")  # and judged
+REPORTED = (*TARGETS, "ttft_p90_ms", "ttft_p99_ms", "e2e_p90_ms")  # and judged
+LEVELS = ("80", "95")  # the intervals a prediction states
+SHARED_REFIT_GROUPS = 3  # above this many numerics, leave-one-out keeps the full fit's engine-wide costs
+
+
+def interval_half_width(log_errors: list[float], level: float) -> float | None:
+    """The split-conformal half-width (in log space) that covers `level` of held-out predictions: the
+    ceil((n + 1) x level)-th smallest absolute log error; with too few errors for that rank, the largest
+    one (the interval then covers less than it says, and the holdout benchmark reports by how much)."""
+    if not log_errors:
+        return None
+    errs = sorted(abs(e) for e in log_errors)
+    rank = math.ceil((len(errs) + 1) * level)
+    return errs[min(rank, len(errs)) - 1]
 
 
 class CalibrationGroup(BaseModel):
@@ -36,15 +50,22 @@ class CalibrationGroup(BaseModel):
     overhead_s: float
     bw_eff: float
     compute_eff: float
+    sample_s: float = 0.0  # per sequence sampled per step (version 1 artifacts: none)
     n_points: int
     n_configs: int
     training_run_ids: list[str]
     fit_mape: dict[str, float | None]
-    loco_mape: dict[str, float | None]  # leave-one-config-out: each server config predicted by the others
+    loco_mape: dict[str, float | None]  # leave-one-out (_held_out_units): each config or point predicted by the rest
     envelope: dict[str, list[float]]  # [min, max] of each knob the fit saw
+    # per metric, the held-out log(predicted / measured) of this group's leave-one-config-out predictions, and
+    # the log half-widths of the 80% and 95% intervals that all groups' held-out errors give (the same in each
+    # group of one engine x GPU)
+    loco_log_errors: dict[str, list[float]] = {}
+    intervals: dict[str, dict[str, float]] = {}
+    probe: HardwareProbe | None = None  # the training machine's (median of its results' probes)
 
     def efficiencies(self) -> Efficiencies:
-        return Efficiencies(self.overhead_s, self.bw_eff, self.compute_eff)
+        return Efficiencies(self.overhead_s, self.bw_eff, self.compute_eff, self.sample_s)
 
 
 class CalibrationArtifact(BaseModel):
@@ -90,40 +111,25 @@ def simulate_result(r: RunResult, model: ModelSpec, eff: Efficiencies) -> LoadSu
     return summarize_load(run, intervals=False)
 
 
-def _residuals(points: list[tuple[RunResult, ModelSpec]], eff: Efficiencies) -> np.ndarray:
-    res = []
-    for r, model in points:
-        pred = simulate_result(r, model, eff)
-        assert r.metrics is not None
-        for name in TARGETS:
-            m, p = r.metrics.value(name), pred.value(name)
-            if m and p and m > 0 and p > 0:
-                res.append(math.log(p / m))
-    return np.asarray(res)
-
-
-def fit_efficiencies(points: list[tuple[RunResult, ModelSpec]]) -> Efficiencies:
-    def unpack(x: np.ndarray) -> Efficiencies:
-        return Efficiencies(float(np.exp(x[0])), float(np.exp(x[1])), float(np.exp(x[2])))
-
-    x0 = np.log([1e-3, 0.3, 0.3])
-    lo, hi = np.log([1e-6, 1e-4, 1e-4]), np.log([10.0, 1.0, 1.0])  # efficiencies <= 1: never beat the roofline
-    # ~1% precision is all a model this coarse can use; tight tolerances only cost simulations
-    sol = least_squares(lambda x: _residuals(points, unpack(x)), x0, bounds=(lo, hi), diff_step=1e-3,
-                        xtol=1e-6, ftol=1e-6, max_nfev=80)
-    return unpack(sol.x)
-
-
-def _mape(points: list[tuple[RunResult, ModelSpec]], eff: Efficiencies) -> dict[str, float | None]:
+def _log_errors(points: list[tuple[RunResult, ModelSpec]], eff: Efficiencies) -> dict[str, list[float]]:
+    """Per reported metric, log(predicted / measured) over the points that have both."""
     errs: dict[str, list[float]] = {k: [] for k in REPORTED}
     for r, model in points:
         pred = simulate_result(r, model, eff)
         assert r.metrics is not None
         for name in REPORTED:
             m, p = r.metrics.value(name), pred.value(name)
-            if m and p is not None and m > 0:
-                errs[name].append(abs(p - m) / m)
-    return {k: (float(np.mean(v)) if v else None) for k, v in errs.items()}
+            if m and p and m > 0 and p > 0:
+                errs[name].append(math.log(p / m))
+    return errs
+
+
+def mape_of(log_errors: dict[str, list[float]]) -> dict[str, float | None]:
+    return {k: (float(np.mean([abs(math.expm1(e)) for e in v])) if v else None) for k, v in log_errors.items()}
+
+
+def _mape(points: list[tuple[RunResult, ModelSpec]], eff: Efficiencies) -> dict[str, float | None]:
+    return mape_of(_log_errors(points, eff))
 
 
 def _envelope(rs: list[RunResult]) -> dict[str, list[float]]:
@@ -147,39 +153,81 @@ def numerics_of(r: RunResult) -> tuple[str, str, str]:
 
 def fit(results: list[RunResult], name: str, spec_model: ModelSpec | None = None,
         progress: Callable[[str], None] | None = None, cross_validate: bool = True) -> CalibrationArtifact:
-    """One calibration group per engine x GPU x numerics. `cross_validate=False` skips the leave-one-config-out error
-    (one fit per held-out config): a search refitting as it measures needs the efficiencies, not the audit."""
-    usable = [r for r in results if r.source == "measured" and r.status == "ok" and r.metrics is not None]
+    """One calibration group per engine x GPU x numerics, fitted together per engine x GPU (atlas.simulator.joint:
+    shared step overhead and per-sequence cost). `cross_validate=False` skips the leave-one-config-out error (a
+    refit without each server config, warm-started): a search refitting as it measures needs the efficiencies,
+    not the audit."""
+    # a quality-gated point measured its latency as well as any: only its numerics answer badly
+    usable = [r for r in results
+              if r.source == "measured" and r.status in ("ok", "quality_failed") and r.metrics is not None]
     if not usable:
         raise SimulatorError("no measured results with status ok to fit")
-    groups: dict[tuple[str, str, tuple[str, str, str]], list[RunResult]] = {}
+    families: dict[tuple[str, str], dict[tuple[str, str, str], list[tuple[RunResult, ModelSpec]]]] = {}
     for r in usable:
-        groups.setdefault((r.config.engine, r.config.gpu, numerics_of(r)), []).append(r)
+        families.setdefault((r.config.engine, r.config.gpu), {}).setdefault(numerics_of(r), []).append(
+            (r, _model_of(r, spec_model)))
     out = []
-    for (engine, gpu, numerics), rs in sorted(groups.items()):
-        points = [(r, _model_of(r, spec_model)) for r in rs]
+    for (engine, gpu), groups in sorted(families.items()):
         if progress:
-            progress(f"fitting {engine} on {gpu}, {'/'.join(numerics)}: {len(rs)} points")
-        eff = fit_efficiencies(points)
-        configs = sorted({r.config.server_key() for r in rs})
-        loco: dict[str, float | None] = {k: None for k in REPORTED}
-        if cross_validate and len(configs) > 1:
-            errs: dict[str, list[float]] = {k: [] for k in REPORTED}
-            for held in configs:
-                train = [p for p in points if p[0].config.server_key() != held]
-                test = [p for p in points if p[0].config.server_key() == held]
-                m = _mape(test, fit_efficiencies(train))
-                for k, v in m.items():
-                    if v is not None:
-                        errs[k].append(v)
-            loco = {k: (float(np.mean(v)) if v else None) for k, v in errs.items()}
-        out.append(CalibrationGroup(engine=engine, gpu=gpu, numerics=numerics, model=points[0][1],
-                                    overhead_s=eff.overhead_s, bw_eff=eff.bw_eff, compute_eff=eff.compute_eff,
-                                    n_points=len(rs), n_configs=len(configs),
-                                    training_run_ids=sorted(r.run_id for r in rs), fit_mape=_mape(points, eff),
-                                    loco_mape=loco, envelope=_envelope(rs)))
+            progress(f"fitting {engine} on {gpu}: {len(groups)} numerics, {sum(map(len, groups.values()))} points")
+        effs, x = fit_family(groups, TARGETS, simulate_result)  # type: ignore[arg-type]
+        log_errs: dict[tuple[str, str, str], dict[str, list[float]]] = {g: {k: [] for k in REPORTED} for g in groups}
+        units = _held_out_units(groups) if cross_validate else []
+        for g, held in units:
+            train = [p for p in groups[g] if p[0].run_id not in held]
+            test = [p for p in groups[g] if p[0].run_id in held]
+            if len(groups) > SHARED_REFIT_GROUPS:
+                # one unit of one group among many barely moves the engine-wide costs: keep the full fit's and
+                # refit only this group's efficiencies (every group refitted would cost minutes per fit)
+                refit, _ = fit_family({g: train}, TARGETS, simulate_result, x0=_warm(x, groups, {g: train}),  # type: ignore[arg-type, dict-item]
+                                      max_nfev=30, shared=x[:2])
+            else:
+                part = {k: (train if k == g else pts) for k, pts in groups.items()}
+                refit, _ = fit_family(part, TARGETS, simulate_result, x0=x, max_nfev=30)  # type: ignore[arg-type]
+            for k, v in _log_errors(test, refit[g]).items():
+                log_errs[g][k] += v
+        # intervals from the whole family's held-out errors: a group holds too few for a 95% quantile
+        pooled = {k: [e for g in log_errs.values() for e in g[k]] for k in REPORTED}
+        intervals = {k: {lvl: w for lvl in LEVELS if (w := interval_half_width(v, int(lvl) / 100)) is not None}
+                     for k, v in pooled.items() if v}
+        for numerics, points in sorted(groups.items()):
+            rs = [p[0] for p in points]
+            errs = {k: v for k, v in log_errs[numerics].items() if v}
+            probes = [r.provenance.hardware_probe for r in rs if r.provenance and r.provenance.hardware_probe]
+            eff = effs[numerics]
+            out.append(CalibrationGroup(
+                engine=engine, gpu=gpu, numerics=numerics, model=points[0][1], overhead_s=eff.overhead_s,
+                bw_eff=eff.bw_eff, compute_eff=eff.compute_eff, sample_s=eff.sample_s, n_points=len(rs),
+                n_configs=len({r.config.server_key() for r in rs}), training_run_ids=sorted(r.run_id for r in rs),
+                fit_mape=_mape(points, eff), loco_mape={k: mape_of(errs).get(k) for k in REPORTED},
+                envelope=_envelope(rs), loco_log_errors={k: [round(e, 5) for e in v] for k, v in errs.items()},
+                intervals=intervals, probe=median_probe(probes)))
     return CalibrationArtifact(name=name, created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                                atlas_version=__version__, groups=out)
+
+
+def _held_out_units(groups: dict[tuple[str, str, str], list[tuple[RunResult, ModelSpec]]]
+                    ) -> list[tuple[tuple[str, str, str], set[str]]]:
+    """What leave-one-out holds out in turn: each server config of a numerics measured with others (its
+    efficiencies are still fitted without it), else each point of a numerics' only config (predicted from the
+    same server at its other loads); a numerics with one point is never held out (it would be an extrapolation)."""
+    units: list[tuple[tuple[str, str, str], set[str]]] = []
+    for g, pts in groups.items():
+        by_config: dict[str, set[str]] = {}
+        for r, _ in pts:
+            by_config.setdefault(r.config.server_key(), set()).add(r.run_id)
+        if len(by_config) > 1:
+            units += [(g, ids) for ids in by_config.values()]
+        elif len(pts) > 1:
+            units += [(g, {r.run_id}) for r, _ in pts]
+    return units
+
+
+def _warm(x: np.ndarray, full: dict, part: dict) -> np.ndarray:  # type: ignore[type-arg]
+    """The full fit's solution restricted to the groups a refit keeps (its warm start)."""
+    keys = sorted(full, key=repr)
+    keep = [i for i, k in enumerate(keys) if k in part]
+    return np.concatenate([x[:2], *[x[2 + 2 * i:4 + 2 * i] for i in keep]])
 
 
 def save(artifact: CalibrationArtifact, path: Path) -> Path:
@@ -195,8 +243,9 @@ def load(path: Path) -> CalibrationArtifact:
         raise SimulatorError(f"{path}: cannot read calibration artifact: {e.strerror}") from None
     except ValueError as e:
         raise SimulatorError(f"{path}: corrupted calibration artifact: {e}") from None
-    if not isinstance(data, dict) or data.get("schema_version") != ARTIFACT_VERSION:
+    if not isinstance(data, dict) or data.get("schema_version") not in (1, ARTIFACT_VERSION):
         raise SimulatorError(f"{path}: unsupported calibration artifact version")
+    data["schema_version"] = ARTIFACT_VERSION  # a version 1 artifact: no intervals, no probe (both optional)
     try:
         return CalibrationArtifact.model_validate(data)
     except ValidationError as e:

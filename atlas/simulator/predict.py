@@ -4,11 +4,14 @@ reasons whenever it leaves the calibrated envelope (another GPU, other numerics,
 
 from __future__ import annotations
 
+import math
+
 from atlas.config import SweepSpec
 from atlas.cost import cost_of
 from atlas.hardware import GpuSpec, get_gpu
 from atlas.metrics import LoadSummary, MetricSummary, PercentileStat, summarize_load
 from atlas.plan import PlannedRun, RunConfig, expand
+from atlas.probe import HardwareProbe, drift, drift_reasons
 from atlas.results import RunResult, SimulationInfo
 from atlas.simulator.features import Efficiencies, SimulatorError, kv_capacity_tokens, step_costs
 from atlas.simulator.fit import CalibrationArtifact, CalibrationGroup
@@ -41,8 +44,8 @@ def _choose(artifact: CalibrationArtifact, cfg: RunConfig) -> tuple[Efficiencies
         if cross_device:
             reasons.append("transfer between a CPU and a GPU: efficiencies are not comparable")
     n = sum(g.n_points for g in pool)
-    eff = Efficiencies(sum(g.overhead_s * g.n_points for g in pool) / n, sum(g.bw_eff * g.n_points for g in pool) / n,
-                       sum(g.compute_eff * g.n_points for g in pool) / n)
+    eff = Efficiencies(*(sum(getattr(g, f) * g.n_points for g in pool) / n
+                         for f in ("overhead_s", "bw_eff", "compute_eff", "sample_s")))
     return eff, max(pool, key=lambda g: g.n_points), reasons, cross_device
 
 
@@ -65,24 +68,61 @@ def _envelope_reasons(group: CalibrationGroup, cfg: RunConfig) -> list[str]:
     return out
 
 
-def _widen(m: MetricSummary | None, err: float) -> MetricSummary | None:
+_BASE_METRIC = {"ttft_ms": "ttft_p50_ms", "tpot_ms": "tpot_p50_ms", "itl_ms": "tpot_p50_ms", "e2e_ms": "e2e_p50_ms"}
+
+
+def _widen(m: MetricSummary | None, name: str, widths: dict[str, dict[str, float]], fallback: float) -> MetricSummary | None:
+    """Each percentile's 95% interval: [v / e^w, v x e^w] with w the held-out log half-width of that metric
+    (or of its p50 where the percentile had no held-out points); `fallback` (a relative error) where none."""
     if m is None:
         return None
 
-    def w(p: PercentileStat) -> PercentileStat:
+    def w(q: int, p: PercentileStat) -> PercentileStat:
         if p.value is None:
             return p
-        return PercentileStat(value=p.value, ci_low=p.value * (1 - err), ci_high=p.value * (1 + err),
-                              reason="simulated: interval from held-out error")
-    return m.model_copy(update={f"p{q}": w(m.pct(q)) for q in (50, 90, 95, 99)})
+        metric = f"{name.removesuffix('_ms')}_p{q}_ms"
+        half = (widths.get(metric) or widths.get(_BASE_METRIC[name]) or {}).get("95")
+        if half is None:
+            lo, hi = p.value * (1 - fallback), p.value * (1 + fallback)
+            why = "simulated: interval from held-out mean error (too few held-out points for a 95% interval)"
+        else:
+            lo, hi = p.value / math.exp(half), p.value * math.exp(half)
+            why = "simulated: 95% interval from held-out errors"
+        return PercentileStat(value=p.value, ci_low=lo, ci_high=hi, reason=why)
+    return m.model_copy(update={f"p{q}": w(q, m.pct(q)) for q in (50, 90, 95, 99)})
+
+
+def _on_this_machine(eff: Efficiencies, group: CalibrationGroup, probe: HardwareProbe | None,
+                     gpu: GpuSpec) -> tuple[Efficiencies, list[str], dict[str, float] | None]:
+    """The efficiencies moved from the calibration's machine to the one `probe` describes: achieved bandwidth
+    and matrix rate scale with what each machine probed (a CPU's fixed step overhead with its matrix rate),
+    never past the roofline; and why the prediction extrapolates when the machines differ beyond tolerance."""
+    ratios = drift(group.probe, probe)
+    if ratios is None:
+        if probe is None:
+            return eff, [], None
+        why = ("was not probed" if group.probe is None else
+               f"was probed another way ({group.probe.device}, {group.probe.method})")
+        return eff, [f"the calibration's machine {why}: whether it is like this one is unknown"], None
+    host = 1 / ratios["matmul"] if gpu.is_cpu else 1.0  # a CPU's per-step work runs as fast as its matrix rate
+    moved = Efficiencies(eff.overhead_s * host, min(1.0, eff.bw_eff * ratios["bandwidth"]),
+                         min(1.0, eff.compute_eff * ratios["matmul"]), eff.sample_s * host)
+    reasons = drift_reasons(ratios)
+    if reasons:
+        reasons.append("efficiencies scaled by the probes")
+    return moved, reasons, ratios
 
 
 def predict_config(artifact: CalibrationArtifact, cfg: RunConfig, run_id: str, sweep: str,
-                   price_provider: str | None = None) -> RunResult:
+                   price_provider: str | None = None, probe: HardwareProbe | None = None) -> RunResult:
+    """`probe`: the machine the prediction is for (a sweep's own, or this one's), when it differs from the
+    calibration's."""
     eff, group, reasons, cross_device = _choose(artifact, cfg)
     reasons += _envelope_reasons(group, cfg)
     model = cfg.model if cfg.model.params_b is not None else group.model.model_copy(update={"id": cfg.model.id})
     gpu = get_gpu(cfg.gpu)
+    eff, drifted, ratios = _on_this_machine(eff, group, probe, gpu)
+    reasons += drifted
     costs = step_costs(model, cfg.server, gpu)
     capacity = kv_capacity_tokens(costs, gpu, cfg.server)
     prompt, output = mean_lengths(cfg)
@@ -95,11 +135,15 @@ def predict_config(artifact: CalibrationArtifact, cfg: RunConfig, run_id: str, s
                                                    kv_capacity_tokens=capacity))
     widen = EXTRAPOLATION_WIDENING if reasons else 1.0
     errors = {k: min(0.95, (v if v is not None else 0.25) * widen)
-              for k, v in (group.loco_mape if group.n_configs > 1 else group.fit_mape).items()}
+              for k, v in (group.loco_mape if any(v is not None for v in group.loco_mape.values())
+                           else group.fit_mape).items()}
     if cross_device:
         errors = {k: max(v, 0.5) for k, v in errors.items()}  # a CPU fit says little about a GPU
+    widths = {k: {lvl: min(3.0, w * widen) for lvl, w in v.items()} for k, v in group.intervals.items()}
+    if cross_device:
+        widths = {k: {lvl: max(w, math.log(2)) for lvl, w in v.items()} for k, v in widths.items()}
     lat = errors.get("tpot_p50_ms", 0.25)
-    summary = summary.model_copy(update={n: _widen(getattr(summary, n), lat)
+    summary = summary.model_copy(update={n: _widen(getattr(summary, n), n, widths, lat)
                                          for n in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")})
     batch = min(cfg.server.slots, cfg.load.concurrency or cfg.server.slots)
     bound_ms = costs.roofline_s(batch, round(batch * (prompt + output / 2))) * 1e3
@@ -108,6 +152,7 @@ def predict_config(artifact: CalibrationArtifact, cfg: RunConfig, run_id: str, s
         raise SimulatorError(f"prediction {tpot:.3g} ms beats the roofline bound {bound_ms:.3g} ms (a bug)")
     info = SimulationInfo(artifact=artifact.name, calibrated_on=f"{group.engine}/{group.gpu}/{'/'.join(group.numerics)}",
                           extrapolated=bool(reasons), extrapolation_reasons=reasons, relative_error=errors,
+                          intervals=widths, probe_ratios=ratios,
                           roofline_tpot_ms=bound_ms, kv_cache_tokens=capacity,
                           max_concurrency=None if capacity is None else capacity / per_request)
     return RunResult(run_id=run_id, sweep=sweep, source="simulated", status="ok",
@@ -117,7 +162,7 @@ def predict_config(artifact: CalibrationArtifact, cfg: RunConfig, run_id: str, s
 
 
 def predict_spec(artifact: CalibrationArtifact, spec: SweepSpec, gpu: GpuSpec, measured: list[RunResult],
-                 price_provider: str | None = None) -> list[RunResult]:
+                 price_provider: str | None = None, probe: HardwareProbe | None = None) -> list[RunResult]:
     """Every planned point of `spec` on `gpu` that has no measured result; quality (a property of numerics,
     not of batching) is carried over from a measured point with the same GPU and numerics when there is one."""
     done = {r.run_id for r in measured if r.source == "measured" and r.status != "skipped"}
@@ -126,7 +171,7 @@ def predict_spec(artifact: CalibrationArtifact, spec: SweepSpec, gpu: GpuSpec, m
     for item in expand(spec, gpu):
         if not isinstance(item, PlannedRun) or item.run_id in done:
             continue
-        out.append(with_quality(predict_config(artifact, item.config, item.run_id, spec.name, price_provider),
+        out.append(with_quality(predict_config(artifact, item.config, item.run_id, spec.name, price_provider, probe),
                                 quality))
     return out
 

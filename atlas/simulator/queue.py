@@ -1,6 +1,5 @@
-"""A discrete-event model of continuous batching (vLLM's scheduler, simplified): each step serves one decode
-token for every running sequence, then prefill chunks, within `max_num_batched_tokens`, admitting waiting
-requests while fewer than `max_num_seqs` run. It drives the same request schedule the load generator
+"""A discrete-event model of continuous batching: at each step the engine's own scheduler (its adapter's,
+atlas.simulator.scheduler) picks the decode tokens and prompt chunks, and prices the step. It drives the same request schedule the load generator
 would and returns the same per-request records, so simulated and measured points share every metric
 definition. A workload other than fixed is simulated from its own request list (atlas.workloads.requests,
 planned without an engine: token counts are the planned lengths, estimated for file text): each request's
@@ -12,7 +11,6 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -22,18 +20,14 @@ from atlas.knobs import LoadMode
 from atlas.loadgen import LoadRun, RequestRecord, arrival_schedule
 from atlas.plan import RunConfig
 from atlas.simulator.features import Efficiencies, StepCosts
+from atlas.simulator.scheduler import ChunkedScheduler, SimSeq
 
-DEFAULT_BATCHED_TOKENS = 2048  # vLLM's default token budget per step with chunked prefill
 
+def scheduler_for(server: ServerKnobs, max_model_len: int, kv_capacity_tokens: int | None) -> ChunkedScheduler:
+    """The engine's own step scheduler (its adapter's), configured from the server knobs."""
+    from atlas.engines.registry import adapter
 
-@dataclass
-class _Seq:
-    rec: RequestRecord
-    prompt: int
-    out: int
-    prefilled: int = 0  # starts at the cached prefix
-    generated: int = 0
-    times: list[float] = field(default_factory=list)
+    return adapter(server.engine).scheduler(server, max_model_len, kv_capacity_tokens)  # type: ignore[no-any-return]
 
 
 _PLANS: dict[str, list[tuple[int, int, int, float | None]]] = {}
@@ -72,9 +66,7 @@ def simulate(costs: StepCosts, eff: Efficiencies, server: ServerKnobs, point: Lo
         reqs = request_list(point, n, seed_offset, max_model_len)
         n = len(reqs)
     cache = server.prefix_caching
-    chunked = server.chunked_prefill is not False
-    budget = server.batch_tokens or (DEFAULT_BATCHED_TOKENS if chunked else max_model_len)
-    budget = max(budget, 1)
+    sched = scheduler_for(server, max_model_len, kv_capacity_tokens)
     records: list[RequestRecord] = []
     arrivals: list[tuple[float, int]] = []  # (time, index)
     next_index = 0
@@ -92,25 +84,27 @@ def simulate(costs: StepCosts, eff: Efficiencies, server: ServerKnobs, point: Lo
 
     if closed:
         assert point.concurrency is not None
-        for _ in range(min(point.concurrency, n)):
-            new_request(0.0)
+        # where the engine's scheduler says so, the first requests reach it one after another (its first step
+        # starts with one prompt and the rest join the next) rather than all at one instant
+        for k in range(min(point.concurrency, n)):
+            new_request(k * sched.arrival_gap_s)
     else:
         if point.mode == LoadMode.TRACE:
-            sched = np.array([a or 0.0 for _, _, _, a in reqs])
+            times = np.array([a or 0.0 for _, _, _, a in reqs])
         else:
             assert point.rate_rps is not None
-            sched = arrival_schedule(point.mode, point.rate_rps, n, point.arrival_seed + seed_offset,
+            times = arrival_schedule(point.mode, point.rate_rps, n, point.arrival_seed + seed_offset,
                                      point.burstiness)
-        for t in sched.tolist():
+        for t in times.tolist():
             new_request(float(t))
         for rec in records:
             if rec.scheduled_s < point.warmup_s:
                 rec.phase = "warmup"
-            elif point.cooldown_s and rec.scheduled_s > float(sched[-1]) - point.cooldown_s:
+            elif point.cooldown_s and rec.scheduled_s > float(times[-1]) - point.cooldown_s:
                 rec.phase = "cooldown"
 
-    waiting: deque[_Seq] = deque()
-    running: list[_Seq] = []
+    waiting: deque[SimSeq] = deque()
+    running: list[SimSeq] = []
     t = 0.0
     done = 0
     for _ in range(max_steps):
@@ -118,45 +112,21 @@ def simulate(costs: StepCosts, eff: Efficiencies, server: ServerKnobs, point: Lo
             _, i = heapq.heappop(arrivals)
             p, o, shared, _ = reqs[i]
             hit = min(p - 1, round(shared * reuse)) if cache else 0
-            waiting.append(_Seq(rec=records[i], prompt=p, out=o, prefilled=max(0, hit)))
+            waiting.append(SimSeq(rec=records[i], prompt=p, out=o, prefilled=max(0, hit)))
         if not running and not waiting:
             if not arrivals:
                 break
             t = arrivals[0][0]
             continue
-        left = budget
-        decode = [s for s in running if s.prefilled >= s.prompt][:left]
-        left -= len(decode)
-        prefill: list[tuple[_Seq, int]] = []
-        for s in running:
-            if s.prefilled < s.prompt and left > 0:
-                take = min(s.prompt - s.prefilled, left) if chunked else s.prompt - s.prefilled
-                if take > left:
-                    continue
-                prefill.append((s, take))
-                left -= take
-        kv_used = sum(s.prompt + s.generated for s in running)
-        while waiting and len(running) < server.slots and left > 0:
-            s = waiting[0]
-            if kv_capacity_tokens is not None and kv_used + s.prompt + s.out > kv_capacity_tokens and running:
-                break  # no KV blocks free: it waits (vLLM would preempt later arrivals instead)
-            todo = s.prompt - s.prefilled
-            take = min(todo, left) if chunked else todo
-            if take > left:
-                break
-            waiting.popleft()
-            running.append(s)
-            prefill.append((s, take))
-            left -= take
-            kv_used += s.prompt + s.out
-        tokens = len(decode) + sum(k for _, k in prefill)
-        ctx = sum(s.prefilled + s.generated for s in decode) + sum(s.prefilled + k for s, k in prefill)
-        t += eff.step_s(costs, tokens, ctx)
-        emitted = list(decode)
-        for s, k in prefill:
+        step = sched.plan(running, waiting)
+        if not step.tokens:
+            raise RuntimeError(f"{server.label()}: a waiting request can never be scheduled (KV cache too small)")
+        t += sched.step_s(costs, eff, step)
+        emitted = list(step.decode)
+        for s, k in step.prefill:
             s.prefilled += k
-            if s.prefilled >= s.prompt:
-                emitted.append(s)  # the step that finishes a prompt samples its first token
+            if not s.in_prefill:
+                emitted.append(s)  # the step that finishes a prompt samples its next token
         finished = []
         for s in emitted:
             s.generated += 1

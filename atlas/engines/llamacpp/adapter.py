@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from atlas.engines.llamacpp.source import GgufSource
     from atlas.hardware import GpuSpec
     from atlas.plan import RunConfig
+    from atlas.simulator.scheduler import ChunkedScheduler
 
 
 class LlamaCppAdapter:
@@ -55,6 +56,11 @@ class LlamaCppAdapter:
                               log_path=log_path, startup_timeout_s=spec.startup_timeout_s, env=spec.engine_env,
                               extra_args=spec.extra_engine_args)
 
+
+    def scheduler(self, server: Any, max_model_len: int, kv_capacity_tokens: int | None) -> ChunkedScheduler:
+        from atlas.engines.llamacpp.simulation import SlotScheduler
+
+        return SlotScheduler.of(server)
 
     def audit(self, result: Any) -> str | None:
         from atlas.engines.llamacpp.engine import audit

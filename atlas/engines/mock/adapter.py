@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from atlas.engines.base import Engine
     from atlas.hardware import GpuSpec
     from atlas.plan import RunConfig
+    from atlas.simulator.scheduler import ChunkedScheduler
 
 
 class _NoFiles:
@@ -57,6 +58,15 @@ class MockAdapter:
                            degrade=0.2 if s.quantization == MockWeights.INT4 else 0.0)
         return MockEngine(opts, log_path, port=spec.port, startup_timeout_s=spec.startup_timeout_s)
 
+
+    def scheduler(self, server: Any, max_model_len: int, kv_capacity_tokens: int | None) -> ChunkedScheduler:
+        from atlas.simulator.scheduler import ChunkedScheduler
+
+        chunked = server.chunked_prefill is not False
+        # V1's default token budget with chunked prefill; without it a step must hold a whole prompt
+        budget = server.batch_tokens or (2048 if chunked else max_model_len)
+        return ChunkedScheduler(slots=server.slots, budget=max(1, budget), chunked=chunked,
+                                kv_capacity_tokens=kv_capacity_tokens, block_tokens=16, preempt=True)
 
     def audit(self, result: Any) -> str | None:
         return None

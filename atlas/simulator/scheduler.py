@@ -1,0 +1,145 @@
+"""What an engine puts into its next step, and what that step costs: the part of the discrete-event model
+that differs between engines. The generic loop (atlas.simulator.queue) owns time, arrivals and records; an
+engine adapter's `scheduler()` returns one of these, configured from its server knobs.
+
+ChunkedScheduler is continuous batching with a token budget per step, as vLLM (V1) and llama-server both do
+it: one decode token for every running sequence first, then prompt tokens (chunked across steps when they do
+not fit), admitting waiting requests while fewer than `slots` run. Engines differ in the budget's default,
+in how KV memory runs out (vLLM preempts the newest running request and recomputes it later; llama-server
+reserves each slot's context up front and never preempts), and in the step's cost (llama.cpp decodes a batch
+in physical micro-batches, each reading the weights again)."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from atlas.loadgen import RequestRecord
+from atlas.simulator.features import Efficiencies, StepCosts
+
+
+@dataclass
+class SimSeq:
+    rec: RequestRecord
+    prompt: int
+    out: int
+    prefilled: int = 0  # starts at the cached prefix
+    generated: int = 0
+    times: list[float] = field(default_factory=list)
+    recompute: int = 0  # output tokens to prefill again after a preemption
+
+    @property
+    def target(self) -> int:
+        """Tokens that must be in the KV cache before this sequence decodes again."""
+        return self.prompt + self.recompute
+
+    @property
+    def in_prefill(self) -> bool:
+        return self.prefilled < self.target
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.prefilled + (self.generated - self.recompute if not self.in_prefill else 0)
+
+
+@dataclass
+class Step:
+    decode: list[SimSeq]
+    prefill: list[tuple[SimSeq, int]]
+
+    @property
+    def tokens(self) -> int:
+        return len(self.decode) + sum(k for _, k in self.prefill)
+
+    @property
+    def sampled(self) -> int:
+        """Sequences that sample a token at the end of this step (every decode, and prompts it completes)."""
+        return len(self.decode) + sum(1 for s, k in self.prefill if s.prefilled + k >= s.target)
+
+    @property
+    def ctx_tokens(self) -> int:
+        return sum(s.kv_tokens for s in self.decode) + sum(s.prefilled + k for s, k in self.prefill)
+
+
+def _blocks(tokens: int, block: int) -> int:
+    return -(-tokens // block)
+
+
+@dataclass
+class ChunkedScheduler:
+    slots: int  # sequences running at once (vLLM max_num_seqs, llama.cpp --parallel)
+    budget: int  # tokens per step (vLLM max_num_batched_tokens, llama.cpp n_batch)
+    chunked: bool = True  # a prompt may be split across steps
+    kv_capacity_tokens: int | None = None  # KV cache size; None: never the limit
+    block_tokens: int = 16  # KV is allocated in blocks of this many tokens
+    preempt: bool = True  # out of KV blocks: preempt the newest running sequence (vLLM) or make arrivals wait
+    # between the closed loop's first requests reaching the engine: 0 puts them all in its first step, which keeps
+    # their streams in lockstep (every later prefill shared by all) for the whole point
+    arrival_gap_s: float = 0.0
+    preemptions: int = 0
+
+    def _kv_blocks(self, running: list[SimSeq], extra: dict[int, int]) -> int:
+        return sum(_blocks(s.kv_tokens + extra.get(id(s), 0), self.block_tokens) for s in running)
+
+    def _fits(self, running: list[SimSeq], extra: dict[int, int]) -> bool:
+        if self.kv_capacity_tokens is None:
+            return True
+        return self._kv_blocks(running, extra) * self.block_tokens <= self.kv_capacity_tokens
+
+    def plan(self, running: list[SimSeq], waiting: deque[SimSeq]) -> Step:
+        """Chooses the next step's work; moves sequences between waiting and running (admission, preemption)."""
+        left = self.budget
+        extra: dict[int, int] = {}  # tokens each scheduled sequence adds to the KV cache this step
+        decode: list[SimSeq] = []
+        prefill: list[tuple[SimSeq, int]] = []
+        preempted = False
+        for s in list(running):
+            if s not in running or left <= 0:
+                continue
+            want = min(s.target - s.prefilled, left) if s.in_prefill else 1
+            if s.in_prefill and not self.chunked and want < s.target - s.prefilled:
+                continue
+            extra[id(s)] = want
+            while self.preempt and not self._fits(running, extra):
+                victim = running[-1]
+                running.remove(victim)
+                extra.pop(id(victim), None)
+                decode = [d for d in decode if d is not victim]
+                prefill = [(p, k) for p, k in prefill if p is not victim]
+                victim.recompute, victim.prefilled = victim.generated, 0
+                waiting.appendleft(victim)
+                self.preemptions += 1
+                preempted = True
+                if victim is s:
+                    break
+            if s not in running:
+                break
+            left -= want
+            if s.in_prefill:
+                prefill.append((s, want))
+            else:
+                decode.append(s)
+        while not preempted and waiting and len(running) < self.slots and left > 0:
+            s = waiting[0]
+            todo = s.target - s.prefilled
+            take = min(todo, left) if self.chunked else todo
+            if take > left:
+                break
+            if not self.admit(s, running, extra, take):
+                break
+            waiting.popleft()
+            running.append(s)
+            extra[id(s)] = take
+            prefill.append((s, take))
+            left -= take
+        return Step(decode, prefill)
+
+    def admit(self, s: SimSeq, running: list[SimSeq], extra: dict[int, int], take: int) -> bool:
+        """Whether a waiting sequence may start: vLLM needs KV blocks for the chunk it prefills now (decode
+        blocks come later, by preemption if need be)."""
+        if self.kv_capacity_tokens is None or not running:
+            return True
+        return self._fits([*running, s], {**extra, id(s): take})
+
+    def step_s(self, costs: StepCosts, eff: Efficiencies, step: Step) -> float:
+        return eff.step_s(costs, step.tokens, step.ctx_tokens, step.sampled)

@@ -1,0 +1,176 @@
+"""Per-engine step models (vLLM's preemption, llama-server's slots and micro-batches), conformal intervals, and
+the machine probe that moves a calibration between machines of one kind."""
+
+import math
+from collections import deque
+
+import pytest
+
+from atlas.config import LoadPoint, ModelSpec
+from atlas.engines.llamacpp.knobs import LlamaCppKnobs
+from atlas.engines.llamacpp.simulation import SlotScheduler
+from atlas.engines.registry import adapter
+from atlas.engines.vllm.knobs import VllmKnobs
+from atlas.hardware import get_gpu
+from atlas.loadgen import RequestRecord
+from atlas.metrics import summarize_load
+from atlas.probe import HardwareProbe, cpu_probe, drift, drift_reasons
+from atlas.simulator.features import Efficiencies, step_costs
+from atlas.simulator.fit import interval_half_width
+from atlas.simulator.queue import simulate
+from atlas.simulator.scheduler import ChunkedScheduler, SimSeq, Step
+
+MODEL = ModelSpec(id="m", source="path", path="/m", params_b=7.6, num_layers=28, num_kv_heads=4, head_dim=128,
+                  max_model_len=4096)
+SMALL = ModelSpec(id="s", source="embedded", params_b=0.135, num_layers=30, num_kv_heads=3, head_dim=64,
+                  max_model_len=1024)
+EFF = Efficiencies(overhead_s=0.004, bw_eff=0.7, compute_eff=0.5)
+
+
+def lp(c=1, **kw):
+    return LoadPoint(**{"concurrency": c, "num_requests": 24, "warmup_requests": 0, "prompt_tokens": 128,
+                        "output_tokens": 64, "min_requests": 4, "min_duration_s": 0, "repeats": 1, **kw})
+
+
+def test_each_engine_brings_its_own_scheduler():
+    v = adapter("vllm").scheduler(VllmKnobs(max_num_seqs=8), 4096, 1000)
+    assert type(v) is ChunkedScheduler and v.preempt and v.slots == 8 and v.budget == 2048
+    assert adapter("vllm").scheduler(VllmKnobs(enable_chunked_prefill=False), 4096, None).budget == 4096
+    s = adapter("llamacpp").scheduler(LlamaCppKnobs(max_num_seqs=4, n_ubatch=128), 1024, None)
+    assert isinstance(s, SlotScheduler) and not s.preempt and s.kv_capacity_tokens is None
+    assert (s.slots, s.budget, s.ubatch) == (4, 2048, 128)
+
+
+def test_vllm_preempts_the_newest_sequence_when_kv_runs_out_and_recomputes_it():
+    server = VllmKnobs(max_num_seqs=16)
+    costs = step_costs(MODEL, server, get_gpu("h100"))
+    roomy = simulate(costs, EFF, server, lp(8), max_model_len=4096)
+    tight = simulate(costs, EFF, server, lp(8), max_model_len=4096, kv_capacity_tokens=8 * 160)
+    for run in (roomy, tight):
+        ok = [r for r in run.records if r.status == "ok"]
+        assert len(ok) == 24 and all(r.output_tokens == 64 == len(r.token_times_s) for r in ok)
+    # 8 prompts of 128 fit at once, their 64 outputs do not: someone is preempted and prefilled again
+    assert summarize_load(tight).output_tok_s < summarize_load(roomy).output_tok_s
+    sched = ChunkedScheduler(slots=16, budget=2048, kv_capacity_tokens=3 * 160, block_tokens=16)
+    seqs = [SimSeq(rec=RequestRecord(index=i, phase="measure", scheduled_s=0, sent_s=0), prompt=150, out=40,
+                   prefilled=150, generated=1) for i in range(3)]
+    running, waiting = list(seqs), deque()
+    for _ in range(12):
+        step = sched.plan(running, waiting)
+        for s in step.decode:
+            s.generated += 1
+    assert sched.preemptions >= 1 and waiting[0] is seqs[-1] and seqs[-1].prefilled == 0
+    assert seqs[-1].target == 150 + seqs[-1].recompute > 150  # its output so far is recomputed too
+
+
+def test_llama_slots_queue_requests_and_micro_batches_reread_the_weights():
+    server = LlamaCppKnobs(max_num_seqs=1)
+    costs = step_costs(SMALL, server, get_gpu("cpu"))
+    eff = Efficiencies(0.002, 0.3, 0.2)
+    one = summarize_load(simulate(costs, eff, server, lp(1, prompt_tokens=64, output_tokens=16),
+                                  max_model_len=1024))
+    four = summarize_load(simulate(costs, eff, server, lp(4, prompt_tokens=64, output_tokens=16),
+                                   max_model_len=1024))
+    assert four.ttft_ms.p50.value > 2.5 * one.e2e_ms.p50.value  # three requests ahead in the one slot
+    assert four.output_tok_s == pytest.approx(one.output_tok_s, rel=0.05)
+    sched = SlotScheduler.of(LlamaCppKnobs(n_ubatch=256))
+    generic = ChunkedScheduler(slots=1, budget=2048)
+
+    def extra(tokens: int) -> float:
+        seq = SimSeq(rec=RequestRecord(index=0, phase="measure", scheduled_s=0, sent_s=0), prompt=tokens, out=1)
+        step = Step(decode=[], prefill=[(seq, tokens)])
+        return sched.step_s(costs, eff, step) - generic.step_s(costs, eff, step)
+
+    one_pass = eff.overhead_s + costs.weight_bytes / (costs.bandwidth_b_s * eff.bw_eff)
+    assert extra(256) == pytest.approx(0, abs=1e-9)
+    assert extra(512) == pytest.approx(one_pass) and extra(600) == pytest.approx(2 * one_pass)
+
+
+def test_conformal_half_width_takes_the_right_rank():
+    errs = [math.log(1 + i / 100) for i in range(1, 20)]  # 1% .. 19%
+    assert interval_half_width(errs, 0.8) == pytest.approx(errs[15])  # ceil(20 x 0.8) = 16th smallest
+    assert interval_half_width(errs, 0.95) == pytest.approx(errs[18])
+    assert interval_half_width(errs[:5], 0.95) == pytest.approx(errs[4])  # too few: the largest
+    assert interval_half_width([], 0.8) is None
+
+
+def probe(bw=20.0, mm=50.0, method="numpy x"):
+    return HardwareProbe(device="cpu", bandwidth_gb_s=bw, matmul_gflop_s=mm, method=method, seconds=0.5)
+
+
+def test_probes_compare_only_when_taken_the_same_way():
+    assert drift(probe(), probe(bw=10.0)) == {"bandwidth": 0.5, "matmul": 1.0}
+    assert drift(probe(), probe(method="numpy y")) is None and drift(None, probe()) is None
+    assert drift_reasons({"bandwidth": 0.95, "matmul": 1.05}) == []
+    (why,) = drift_reasons({"bandwidth": 0.5, "matmul": 1.0})
+    assert "bandwidth 2.00x this one's" in why
+
+
+def test_the_cpu_probe_measures_something():
+    p = cpu_probe(copy_mib=8, n=64, repeats=2)
+    assert p.device == "cpu" and p.bandwidth_gb_s > 0.1 and p.matmul_gflop_s > 0.01 and "best of 2" in p.method
+
+
+def test_a_calibration_moves_to_a_machine_that_probes_differently():
+    from atlas.config import parse_spec
+    from atlas.plan import expand
+    from atlas.results import Provenance, RunResult
+    from atlas.simulator.fit import fit
+    from atlas.simulator.predict import predict_config
+
+    spec = parse_spec({"name": "p", "engine": "llamacpp", "gpu": "cpu", "model": SMALL.model_dump(mode="json"),
+                       "grid": {"quantization": ["q8_0"], "max_num_seqs": [1, 4]},
+                       "load": {"concurrency": [1, 4], "num_requests": 12, "warmup_requests": 0,
+                                "prompt_tokens": 64, "output_tokens": 16, "min_requests": 4, "min_duration_s": 0}})
+    here = probe()
+    prov = Provenance(atlas_version="0", model_id="s", host_cpu="c", python="3", started_at="t", hardware_probe=here)
+    eff = Efficiencies(0.002, 0.3, 0.2)
+    measured = []
+    for item in expand(spec, get_gpu("cpu")):
+        costs = step_costs(SMALL, item.config.server, get_gpu("cpu"))
+        m = summarize_load(simulate(costs, eff, item.config.server, item.config.load, max_model_len=1024))
+        measured.append(RunResult(run_id=item.run_id, sweep="p", status="ok", label="x", config=item.config,
+                                  metrics=m, provenance=prov))
+    art = fit(measured, "p")
+    assert art.groups[0].probe == here and set(art.groups[0].intervals["tpot_p50_ms"]) == {"80", "95"}
+    cfg = measured[0].config
+    same = predict_config(art, cfg, "a", "p", probe=probe(bw=21.0, mm=52.0))
+    slow = predict_config(art, cfg, "a", "p", probe=probe(bw=10.0, mm=25.0))
+    unknown = predict_config(art.model_copy(update={"groups": [art.groups[0].model_copy(update={"probe": None})]}),
+                             cfg, "a", "p", probe=here)
+    assert not same.simulation.extrapolated and same.simulation.probe_ratios["bandwidth"] == pytest.approx(1.05)
+    assert slow.simulation.extrapolated and any("probed bandwidth 2.00x" in r for r in
+                                                 slow.simulation.extrapolation_reasons)
+    # half the bandwidth and matrix rate: every step costs about twice as much
+    assert slow.metrics.tpot_ms.p50.value == pytest.approx(2 * 1.045 * same.metrics.tpot_ms.p50.value, rel=0.03)
+    assert any("not probed" in r for r in unknown.simulation.extrapolation_reasons)
+
+
+def test_the_engine_wide_fit_lets_a_numerics_measured_at_one_slot_count_predict_another():
+    """Per-sequence cost is the engine's on this machine: learnt from q4_0 at 1 and 4 slots, it predicts q8_0 at
+    4 slots, which was measured only at 1 slot (a per-numerics fit cannot see it there)."""
+    from atlas.config import parse_spec
+    from atlas.plan import expand
+    from atlas.results import RunResult
+    from atlas.simulator.fit import fit
+    from atlas.simulator.predict import predict_config
+
+    truth = {"q8_0": Efficiencies(0.0005, 0.5, 0.3, 0.004), "q4_0": Efficiencies(0.0005, 0.4, 0.25, 0.004)}
+    spec = parse_spec({"name": "j", "engine": "llamacpp", "gpu": "cpu", "model": SMALL.model_dump(mode="json"),
+                       "grid": {"quantization": ["q8_0", "q4_0"], "max_num_seqs": [1, 4]},
+                       "load": {"concurrency": [1, 4], "num_requests": 12, "warmup_requests": 0,
+                                "prompt_tokens": 64, "output_tokens": 16, "min_requests": 4, "min_duration_s": 0}})
+    measured, held = [], []
+    for item in expand(spec, get_gpu("cpu")):
+        s = item.config.server
+        costs = step_costs(SMALL, s, get_gpu("cpu"))
+        m = summarize_load(simulate(costs, truth[s.quantization.value], s, item.config.load, max_model_len=1024))
+        r = RunResult(run_id=item.run_id, sweep="j", status="ok", label="x", config=item.config, metrics=m)
+        (held if (s.quantization.value, s.max_num_seqs) == ("q8_0", 4) else measured).append(r)
+    art = fit(measured, "j")
+    assert {g.sample_s for g in art.groups} == {art.groups[0].sample_s}  # one per-sequence cost per engine
+    assert art.groups[0].sample_s == pytest.approx(0.004, rel=0.15)
+    for r in held:
+        pred = predict_config(art, r.config, r.run_id, "j")
+        assert pred.metrics.value("tpot_p50_ms") == pytest.approx(r.metrics.value("tpot_p50_ms"), rel=0.05)
+        assert pred.metrics.output_tok_s == pytest.approx(r.metrics.output_tok_s, rel=0.05)
