@@ -56,7 +56,6 @@ class LlamaCppAdapter:
                               log_path=log_path, startup_timeout_s=spec.startup_timeout_s, env=spec.engine_env,
                               extra_args=spec.extra_engine_args)
 
-
     def scheduler(self, server: Any, max_model_len: int, kv_capacity_tokens: int | None) -> ChunkedScheduler:
         from atlas.engines.llamacpp.simulation import SlotScheduler
 
@@ -66,5 +65,6 @@ class LlamaCppAdapter:
         from atlas.engines.llamacpp.engine import audit
 
         return audit(result)
+
 
 ADAPTER: EngineAdapter = LlamaCppAdapter()

@@ -58,17 +58,13 @@ class MockAdapter:
                            degrade=0.2 if s.quantization == MockWeights.INT4 else 0.0)
         return MockEngine(opts, log_path, port=spec.port, startup_timeout_s=spec.startup_timeout_s)
 
-
     def scheduler(self, server: Any, max_model_len: int, kv_capacity_tokens: int | None) -> ChunkedScheduler:
-        from atlas.simulator.scheduler import ChunkedScheduler
+        from atlas.simulator.scheduler import budget_scheduler
 
-        chunked = server.chunked_prefill is not False
-        # V1's default token budget with chunked prefill; without it a step must hold a whole prompt
-        budget = server.batch_tokens or (2048 if chunked else max_model_len)
-        return ChunkedScheduler(slots=server.slots, budget=max(1, budget), chunked=chunked,
-                                kv_capacity_tokens=kv_capacity_tokens, block_tokens=16, preempt=True)
+        return budget_scheduler(server, max_model_len, kv_capacity_tokens, 2048)  # V1's default token budget
 
     def audit(self, result: Any) -> str | None:
         return None
+
 
 ADAPTER: EngineAdapter = MockAdapter()

@@ -97,17 +97,13 @@ class VllmAdapter:
                           checkpoint=checkpoint, pin_16bit_kv=pin_kv, env=spec.engine_env,
                           extra_args=spec.extra_engine_args)
 
-
     def scheduler(self, server: Any, max_model_len: int, kv_capacity_tokens: int | None) -> ChunkedScheduler:
-        from atlas.simulator.scheduler import ChunkedScheduler
+        from atlas.simulator.scheduler import budget_scheduler
 
-        chunked = server.chunked_prefill is not False
-        # V1's default token budget with chunked prefill; without it a step must hold a whole prompt
-        budget = server.batch_tokens or (2048 if chunked else max_model_len)
-        return ChunkedScheduler(slots=server.slots, budget=max(1, budget), chunked=chunked,
-                                kv_capacity_tokens=kv_capacity_tokens, block_tokens=16, preempt=True)
+        return budget_scheduler(server, max_model_len, kv_capacity_tokens, 2048)  # V1's default token budget
 
     def audit(self, result: Any) -> str | None:
         return None
+
 
 ADAPTER: EngineAdapter = VllmAdapter()
