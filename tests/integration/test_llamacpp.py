@@ -108,6 +108,14 @@ def test_real_llamacpp_prompt_cache_is_off_unless_asked_and_each_point_starts_co
         # off: llama-server either says nothing about cached tokens or says none (timings.cache_n = 0)
         assert off.prefix_reuse.hit_rate in (None, 0.0) and not off.prefix_reuse.hit_tokens, (c, off.prefix_reuse)
         shared = on.workload.structural_reuse
-        assert 0.5 * shared <= on.prefix_reuse.hit_rate <= shared + 0.05, (c, on.prefix_reuse, shared)
+        assert on.prefix_reuse.hit_tokens is not None and on.prefix_reuse.hit_rate <= shared + 0.05, (c, shared)
+    # How much the cache can hit depends on llama-server's slot choice (server-context.cpp get_available_slot):
+    # among the FREE slots, the one whose cached prompt shares the longest prefix (above --slot-prompt-similarity,
+    # 0.1), else the least recently used. At c=1 every slot is free and the order is the workload's seeded one, so
+    # the choice is deterministic and must reach at least half of what the groups share. At c=2 with 2 slots the
+    # other stream holds one slot, so each request takes whichever slot just freed, whatever group it held: the
+    # hit rate then depends on which stream finished first (CI saw 0.25 of a structural 0.69) and has no floor.
+    c1 = by[(True, 1)]
+    assert c1.prefix_reuse.hit_rate >= 0.5 * c1.workload.structural_reuse, c1.prefix_reuse
     # replaying the same 8 prompts after c=1 would hit nearly all of each prompt if the slots were not emptied
     assert by[(True, 2)].prefix_reuse.hit_rate <= by[(True, 1)].prefix_reuse.hit_rate + 0.05
