@@ -340,7 +340,7 @@ def simulate(spec: Path = typer.Option(..., help="sweep spec whose points to pre
         g = get_gpu(gpu)
         a = load(artifact)
         measured = load_results(results / s.name)[0] if (results / s.name).exists() else []
-        here = probe_if_here(g) if probe else None
+        here = probe_if_here(g, [grp.probe for grp in a.groups]) if probe else None
         if here is not None:
             console.print(f"this machine probed {here.bandwidth_gb_s:.1f} GB/s, {here.matmul_gflop_s:.0f} GFLOP/s")
         predicted = predict_spec(a, s, g, measured, s.price_provider, here)

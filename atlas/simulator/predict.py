@@ -11,7 +11,7 @@ from atlas.cost import cost_of
 from atlas.hardware import GpuSpec, get_gpu
 from atlas.metrics import LoadSummary, MetricSummary, PercentileStat, summarize_load
 from atlas.plan import PlannedRun, RunConfig, expand
-from atlas.probe import HardwareProbe, drift, drift_reasons
+from atlas.probe import HardwareProbe, drift, drift_reasons, drift_tolerance
 from atlas.results import RunResult, SimulationInfo
 from atlas.simulator.features import Efficiencies, SimulatorError, kv_capacity_tokens, step_costs
 from atlas.simulator.fit import CalibrationArtifact, CalibrationGroup
@@ -107,7 +107,7 @@ def _on_this_machine(eff: Efficiencies, group: CalibrationGroup, probe: Hardware
     host = 1 / ratios["matmul"] if gpu.is_cpu else 1.0  # a CPU's per-step work runs as fast as its matrix rate
     moved = Efficiencies(eff.overhead_s * host, min(1.0, eff.bw_eff * ratios["bandwidth"]),
                          min(1.0, eff.compute_eff * ratios["matmul"]), eff.sample_s * host)
-    reasons = drift_reasons(ratios)
+    reasons = drift_reasons(ratios, drift_tolerance(group.probe, probe))
     if reasons:
         reasons.append("efficiencies scaled by the probes")
     return moved, reasons, ratios

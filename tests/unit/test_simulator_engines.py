@@ -109,6 +109,34 @@ def test_probes_compare_only_when_taken_the_same_way():
 def test_the_cpu_probe_measures_something():
     p = cpu_probe(copy_mib=8, n=64, repeats=2)
     assert p.device == "cpu" and p.bandwidth_gb_s > 0.1 and p.matmul_gflop_s > 0.01 and "best of 2" in p.method
+    assert p.spread is not None and p.spread >= 0
+
+
+def test_drift_is_judged_beyond_the_noise_each_probe_saw_in_itself():
+    from atlas.probe import DRIFT_TOLERANCE, drift_tolerance
+
+    quiet, noisy = probe(), probe().model_copy(update={"spread": 0.08})
+    assert drift_tolerance(quiet, quiet) == DRIFT_TOLERANCE  # older probes carry no spread: the bare tolerance
+    assert drift_tolerance(noisy, noisy.model_copy(update={"spread": 0.04})) == pytest.approx(DRIFT_TOLERANCE + 0.12)
+    ratios = drift(noisy, probe(bw=17.0))  # 15% slower: beyond 10%, within what the noisy probe could not resolve
+    assert drift_reasons(ratios) and not drift_reasons(ratios, drift_tolerance(noisy, probe(bw=17.0)))
+
+
+def test_a_probe_that_drifts_is_taken_again_and_keeps_each_best_rate(monkeypatch):
+    from atlas import probe as probe_mod
+    from atlas.hardware import get_gpu
+
+    taken = iter([probe(bw=14.0, mm=50.0), probe(bw=19.5, mm=44.0), probe(bw=18.0, mm=49.0)])
+    monkeypatch.setattr(probe_mod, "measure", lambda gpu: next(taken))
+    calibrated = probe()
+    here = probe_mod.probe_if_here(get_gpu("cpu"), [calibrated, None])
+    assert (here.bandwidth_gb_s, here.matmul_gflop_s) == (19.5, 50.0)  # a busy neighbour slowed the first copy
+    assert not drift_reasons(drift(calibrated, here))
+    assert next(taken).bandwidth_gb_s == 18.0  # it stopped once within tolerance: the third was never taken
+    slow = iter([probe(bw=10.0)] * 3)
+    monkeypatch.setattr(probe_mod, "measure", lambda gpu: next(slow))
+    assert drift(calibrated, probe_mod.probe_if_here(get_gpu("cpu"), [calibrated]))["bandwidth"] == 0.5  # 3 probes
+    assert next(slow, None) is None
 
 
 def test_a_calibration_moves_to_a_machine_that_probes_differently():
