@@ -106,7 +106,9 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
           simulator: Path = typer.Option(None, help="simulator/<name>.json from `atlas fit`: the first guess of "
                                                     "each capacity search where it calibrates the config"),
           slo: list[str] = typer.Option([], help="TARGET<=MS, repeatable, e.g. ttft_p99_ms<=1000: replaces the "
-                                                 "spec's slo (each server config's capacity is searched under it)")) -> None:
+                                                 "spec's slo (each server config's capacity is searched under it)"),
+          client_procs: int = typer.Option(None, "--client-procs", min=1, max=256, help=(
+              "load client processes per point of a full sweep (default, and in a search: from each point's offered load and the cores here)"))) -> None:
     """Measure every point of a sweep (or, with --strategy/--budget/--storage, search it) and write one
     result file per point."""
     # SIGTERM unwinds like Ctrl-C, so the running engine's process group is stopped and its port freed
@@ -160,7 +162,7 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
                     bar.console.print(f"  [{style}]{e.status}[/] {escape(e.message)}", highlight=False)
 
             report = Sweeper(s, g, results, resume=resume, progress=on_event, price_provider=prices,
-                             caps=installed_caps(s), capacity_guess=guess).run()
+                             caps=installed_caps(s), capacity_guess=guess, client_procs=client_procs).run()
     except USER_ERRORS as e:
         _fail(e)
     except KeyboardInterrupt:

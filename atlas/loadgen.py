@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 import numpy as np
 
+from atlas.client_check import LoopMonitor, ProcessStats
 from atlas.config import LoadPoint
 from atlas.knobs import LoadMode
 
@@ -45,6 +46,7 @@ class RequestRecord:
     phase: str  # warmup | measure | cooldown
     scheduled_s: float  # seconds since the run started
     sent_s: float | None = None
+    fired_s: float | None = None  # open loop: when the client's schedule fired it (lateness = fired - scheduled)
     first_token_s: float | None = None
     token_times_s: list[float] = field(default_factory=list)  # arrival of each content chunk
     chunk_tokens: list[int] = field(default_factory=list)  # tokens carried by each content chunk
@@ -72,6 +74,7 @@ class LoadRun:
     wall_s: float
     offered_rate_rps: float | None
     drain_s: float | None = None  # closed loop: when the first stream ran out of work (steady state ends)
+    client: list[ProcessStats] = field(default_factory=list)  # each client process's check on itself
 
 
 def run_sync(coro):  # type: ignore[no-untyped-def]
@@ -226,11 +229,14 @@ def fixed_plan(prompts: list[str], point: LoadPoint, counted: bool = True,
 
 async def run_load(base_url: str, model: str, point: LoadPoint, *, seed_offset: int = 0,
                    fresh_connections: bool = False, prompts: list[str] | None = None,
-                   plan: RequestPlan | None = None) -> LoadRun:
+                   plan: RequestPlan | None = None, procs: int | None = None) -> LoadRun:
     """Drive one load point against an OpenAI-compatible /v1/completions endpoint. `fresh_connections`:
     one TCP connection per request, for servers that close kept-alive connections (llama-server).
     `plan`: the requests to send (atlas.workloads.requests); else `prompts` (one per request, the point's
-    fixed lengths), else seeded word prompts."""
+    fixed lengths), else seeded word prompts. `procs`: client processes (None: chosen from the offered load and
+    the cores here, atlas.loadgen_procs); each sends its deterministic share of the schedule on one clock."""
+    from atlas.loadgen_procs import auto_procs, run_shares
+
     n = requests_of(point)
     if plan is None:
         if prompts is None:
@@ -238,38 +244,126 @@ async def run_load(base_url: str, model: str, point: LoadPoint, *, seed_offset: 
         elif len(prompts) != n:
             raise ValueError(f"{len(prompts)} prompts for {n} requests")
         plan = fixed_plan(prompts, point)
-    t0 = time.perf_counter()
+    job = schedule(point, plan, seed_offset)
+    k = procs if procs is not None else auto_procs(point, job)
+    shares = job.partition(k)
+    started = time.time()
+    done = await run_shares(base_url, model, point, shares, fresh_connections)
+    records = sorted((r for d in done for r in d.records), key=lambda r: r.index)
+    drains = [d.drain_s for d in done if d.drain_s is not None]
+    return LoadRun(point=point, records=records, started_at_unix=started, wall_s=max(d.wall_s for d in done),
+                   offered_rate_rps=job.offered, drain_s=min(drains) if drains else None,
+                   client=[d.stats for d in done])
 
+
+Group = list[tuple[int, "PlannedRequest"]]  # (index in the plan, request): one request, or a session's turns
+
+
+@dataclass
+class Share:
+    """What one client process sends: its groups (with their send times, open loop) and its part of the
+    point's streams (closed loop) or of its in-flight cap (open loop)."""
+
+    mode: str  # closed | sessions (open-loop sessions) | open
+    sessions: bool
+    groups: list[Group]
+    starts: list[float] | None
+    horizon: float
+    concurrency: int | None
+    max_in_flight: int | None
+
+
+@dataclass
+class Job:
+    mode: str
+    sessions: bool
+    groups: list[Group]
+    starts: list[float] | None
+    horizon: float
+    offered: float | None
+    concurrency: int | None
+    max_in_flight: int | None
+
+    def partition(self, procs: int) -> list[Share]:
+        """Group g goes to process g mod k (deterministic); streams and the in-flight cap are split so they add
+        up to the point's. k is at most the groups, the streams and the cap."""
+        k = max(1, min(procs, len(self.groups) or 1, self.concurrency or procs, self.max_in_flight or procs))
+
+        def part(total: int | None, j: int) -> int | None:
+            return None if total is None else total // k + (1 if j < total % k else 0)
+
+        return [Share(self.mode, self.sessions, self.groups[j::k],
+                      self.starts[j::k] if self.starts is not None else None, self.horizon,
+                      part(self.concurrency, j), part(self.max_in_flight, j)) for j in range(k)]
+
+
+def schedule(point: LoadPoint, plan: RequestPlan, seed_offset: int = 0) -> Job:
+    """The point's requests as groups, with each group's send time (open loop), on the run's clock."""
+    reqs = plan.requests
+    cap = point.max_in_flight
+    if point.mode == LoadMode.CLOSED:
+        assert point.concurrency is not None
+        groups = _by_session(reqs) if plan.sessions else [[(i, r)] for i, r in enumerate(reqs)]
+        return Job("closed", plan.sessions, groups, None, 0.0, None, point.concurrency, None)
+    if plan.sessions:
+        assert point.rate_rps is not None
+        groups = _by_session(reqs)
+        starts = arrival_schedule(point.mode, point.rate_rps * len(groups) / len(reqs), len(groups),
+                                  point.arrival_seed + seed_offset, point.burstiness).tolist()
+        return Job("sessions", True, groups, starts, starts[-1] if starts else 0.0, point.rate_rps, None, cap)
+    if point.mode == LoadMode.TRACE:
+        sched = np.array([r.arrival_s or 0.0 for r in reqs])
+        span = float(sched[-1] - sched[0]) if len(sched) > 1 else 0.0
+        offered = (len(sched) - 1) / span if span > 0 else None
+    else:
+        assert point.rate_rps is not None
+        sched = arrival_schedule(point.mode, point.rate_rps, len(reqs), point.arrival_seed + seed_offset,
+                                 point.burstiness)
+        offered = point.rate_rps
+    starts = sched.tolist()
+    return Job("open", False, [[(i, r)] for i, r in enumerate(reqs)], starts, starts[-1] if starts else 0.0,
+               offered, None, cap)
+
+
+@dataclass
+class ShareDone:
+    records: list[RequestRecord]
+    drain_s: float | None
+    wall_s: float
+    stats: ProcessStats
+
+
+async def run_share(base_url: str, model: str, point: LoadPoint, share: Share, fresh_connections: bool,
+                    t0: float) -> ShareDone:
+    """Sends one share, its clock starting at `t0` (time.perf_counter(), one clock for every process)."""
     def clock() -> float:
         return time.perf_counter() - t0
 
-    limit = point.concurrency if point.mode == LoadMode.CLOSED else (point.max_in_flight or 0)
+    if (wait := -clock()) > 0:
+        await asyncio.sleep(wait)
+    monitor = LoopMonitor()
+    monitor.start()
+    limit = share.concurrency if share.mode == "closed" else (share.max_in_flight or 0)
     connector = aiohttp.TCPConnector(limit=limit or 0, force_close=fresh_connections)
     timeout = aiohttp.ClientTimeout(total=point.request_timeout_s)
     url = base_url.rstrip("/") + "/v1/completions"
-    started = time.time()
+    gate: AbstractAsyncContextManager[object] = (asyncio.Semaphore(share.max_in_flight) if share.max_in_flight
+                                                 else contextlib.nullcontext())
+    drain = None
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         client = _Client(session, url, model, point, clock)
-        drain, offered = None, None
-        if point.mode == LoadMode.CLOSED:
-            records, drain = await _closed_loop(client, point, plan.requests, clock, plan.sessions)
-        elif plan.sessions:
-            assert point.rate_rps is not None
-            records = await _open_sessions(client, point, plan.requests, clock, seed_offset)
-            offered = point.rate_rps
+        if share.mode == "closed":
+            assert share.concurrency is not None
+            records, drain = await _closed_loop(client, point, share.groups, clock, share.sessions,
+                                                share.concurrency)
+        elif share.mode == "sessions":
+            assert share.starts is not None
+            records = await _open_sessions(client, point, share.groups, share.starts, share.horizon, clock, gate)
         else:
-            if point.mode == LoadMode.TRACE:
-                sched = np.array([r.arrival_s or 0.0 for r in plan.requests])
-                span = float(sched[-1] - sched[0]) if len(sched) > 1 else 0.0
-                offered = (len(sched) - 1) / span if span > 0 else None
-            else:
-                assert point.rate_rps is not None
-                sched = arrival_schedule(point.mode, point.rate_rps, len(plan.requests),
-                                         point.arrival_seed + seed_offset, point.burstiness)
-                offered = point.rate_rps
-            records = await _open_loop(client, point, plan.requests, sched, clock)
-    return LoadRun(point=point, records=records, started_at_unix=started, wall_s=clock(), offered_rate_rps=offered,
-                   drain_s=drain)
+            assert share.starts is not None
+            records = await _open_loop(client, point, share.groups, share.starts, share.horizon, clock, gate)
+    wall = clock()
+    return ShareDone(records, drain, wall, monitor.stop())
 
 
 def _record(i: int, phase: str, scheduled: float, req: PlannedRequest) -> RequestRecord:
@@ -277,12 +371,10 @@ def _record(i: int, phase: str, scheduled: float, req: PlannedRequest) -> Reques
                          session=req.session, turn=req.turn)
 
 
-async def _closed_loop(client: _Client, point: LoadPoint, reqs: list[PlannedRequest], clock: Callable[[], float],
-                       sessions: bool = False) -> tuple[list[RequestRecord], float]:
+async def _closed_loop(client: _Client, point: LoadPoint, groups: list[Group], clock: Callable[[], float],
+                       sessions: bool, concurrency: int) -> tuple[list[RequestRecord], float]:
     """`concurrency` streams, each sending its next request when the previous one ends; with `sessions`, each
     stream runs whole sessions, a turn as soon as the previous answer is in."""
-    assert point.concurrency is not None
-    groups = _by_session(reqs) if sessions else [[(i, r)] for i, r in enumerate(reqs)]
     records: list[RequestRecord] = []
     next_group = 0
     first_idle: list[float] = []
@@ -306,7 +398,7 @@ async def _closed_loop(client: _Client, point: LoadPoint, reqs: list[PlannedRequ
                 conv.answered(answer)
         first_idle.append(clock())
 
-    await asyncio.gather(*(worker() for _ in range(point.concurrency)))
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
     # Steady state ends when the first stream runs out of work; throughput is counted up to then.
     records.sort(key=lambda r: r.index)
     return records, min(first_idle)
@@ -336,11 +428,6 @@ class _Conversation:
         self.text += "".join(answer) + "\n"
 
 
-def _gate(point: LoadPoint) -> AbstractAsyncContextManager[object]:
-    """Open loop: the client's cap on requests in flight (`max_in_flight`), or none."""
-    return asyncio.Semaphore(point.max_in_flight) if point.max_in_flight else contextlib.nullcontext()
-
-
 def _phase(t: float, point: LoadPoint, horizon: float) -> str:
     if t < point.warmup_s:
         return "warmup"
@@ -349,19 +436,15 @@ def _phase(t: float, point: LoadPoint, horizon: float) -> str:
     return "measure"
 
 
-async def _open_sessions(client: _Client, point: LoadPoint, reqs: list[PlannedRequest],
-                         clock: Callable[[], float], seed_offset: int) -> list[RequestRecord]:
-    """Sessions start at rate_rps / (mean turns per session) on the point's arrival process; each later turn is
-    scheduled its think time after the previous answer ends, and its latency runs from then."""
-    assert point.rate_rps is not None
-    sessions = _by_session(reqs)
-    starts = arrival_schedule(point.mode, point.rate_rps * len(sessions) / len(reqs), len(sessions),
-                              point.arrival_seed + seed_offset, point.burstiness)
-    horizon = float(starts[-1]) if len(starts) else 0.0
+async def _open_sessions(client: _Client, point: LoadPoint, sessions: list[Group], starts: list[float],
+                         horizon: float, clock: Callable[[], float],
+                         gate: AbstractAsyncContextManager[object]) -> list[RequestRecord]:
+    """Sessions start at their scheduled times (rate_rps / mean turns per session, on the point's arrival
+    process); each later turn is scheduled its think time after the previous answer ends, and its latency runs
+    from then."""
     records: list[RequestRecord] = []
-    gate = _gate(point)
 
-    async def run_session(turns: list[tuple[int, PlannedRequest]], start: float) -> None:
+    async def run_session(turns: Group, start: float) -> None:
         conv = _Conversation()
         at = start
         for i, req in turns:
@@ -371,6 +454,7 @@ async def _open_sessions(client: _Client, point: LoadPoint, reqs: list[PlannedRe
             if delay > 0:
                 await asyncio.sleep(delay)
             rec = _record(i, _phase(at, point, horizon), at, req)
+            rec.fired_s = clock()
             records.append(rec)
             answer: list[str] = []
             async with gate:
@@ -379,24 +463,22 @@ async def _open_sessions(client: _Client, point: LoadPoint, reqs: list[PlannedRe
                 break
             conv.answered(answer)
 
-    await asyncio.gather(*(run_session(turns, float(t)) for turns, t in zip(sessions, starts.tolist(), strict=True)))
+    await asyncio.gather(*(run_session(turns, t) for turns, t in zip(sessions, starts, strict=True)))
     records.sort(key=lambda r: r.index)
     return records
 
 
-async def _open_loop(client: _Client, point: LoadPoint, reqs: list[PlannedRequest], sched: np.ndarray,
-                     clock: Callable[[], float]) -> list[RequestRecord]:
-    horizon = float(sched[-1]) if len(sched) else 0.0
-    gate = _gate(point)
-    records = [_record(i, _phase(t, point, horizon), t, req)
-               for i, (t, req) in enumerate(zip(sched.tolist(), reqs, strict=True))]
+async def _open_loop(client: _Client, point: LoadPoint, groups: list[Group], starts: list[float], horizon: float,
+                     clock: Callable[[], float], gate: AbstractAsyncContextManager[object]) -> list[RequestRecord]:
+    records = [_record(i, _phase(t, point, horizon), t, req) for t, ((i, req),) in zip(starts, groups, strict=True)]
 
     async def fire(rec: RequestRecord, prompt: str) -> None:
+        rec.fired_s = clock()  # the client's own lateness: fired - scheduled (a capped wait comes after)
         async with gate:
             await client.send(rec, prompt)
 
     tasks = []
-    for rec, req in zip(records, reqs, strict=True):
+    for rec, ((_, req),) in zip(records, groups, strict=True):
         delay = rec.scheduled_s - clock()
         if delay > 0:
             await asyncio.sleep(delay)  # lateness here is counted: latency runs from the schedule

@@ -69,8 +69,10 @@ class PointMeasurer:
     """Measures points for one sweep; keeps the prompts fitted to each engine kind's tokenizer and the
     energy meter across points."""
 
-    def __init__(self, spec: SweepSpec, gpu: GpuSpec, provider: str | None, note: Callable[[str], None]):
+    def __init__(self, spec: SweepSpec, gpu: GpuSpec, provider: str | None, note: Callable[[str], None],
+                 client_procs: int | None = None):
         self.spec, self.gpu, self.provider, self.note = spec, gpu, provider, note
+        self.client_procs = client_procs
         self._plans: dict[tuple[str, str, int, int], RequestPlan] = {}
         self._energy: tuple[Any, str | None] | None = None
 
@@ -152,7 +154,7 @@ class PointMeasurer:
             for k in range(load.repeats):
                 runs.append(run_sync(run_load(engine.base_url, engine.served_model, load, seed_offset=k,
                                               fresh_connections=engine.fresh_connections,
-                                              plan=plans[k])))
+                                              plan=plans[k], procs=self.client_procs)))
         finally:
             server_metrics = sampler.result()
             samples = joules.finish() if joules is not None else []

@@ -17,6 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 from scipy import stats
 
+from atlas.client_check import ClientCheck, check_client
 from atlas.knobs import LoadMode
 from atlas.loadgen import LoadRun, RequestRecord
 
@@ -68,6 +69,7 @@ class LoadSummary(_M):
     mean_output_tokens: float | None
     mean_prompt_tokens: float | None = None  # from the server's usage: the prompt length really sent
     ttft_p50_by_turn_ms: dict[str, float] | None = None  # sessions: median TTFT of each turn ("0", "1", ...)
+    client: ClientCheck | None = None  # the load client's check on itself (atlas.client_check)
     valid: bool
     invalid_reasons: list[str]
     warnings: list[str]
@@ -254,11 +256,17 @@ def summarize_load(run: LoadRun, intervals: bool = True) -> LoadSummary:
     def vals(f):  # type: ignore[no-untyped-def]
         return [v for v in (f(r) for r in ok) if v is not None]
 
+    ttft, itl = summarize(vals(ttft_ms), intervals), summarize((v for r in ok for v in itl_ms(r)), intervals)
+    client = check_client(run, ttft.p50.value if ttft else None, itl.p50.value if itl else None)
+    if client.client_bound:
+        reasons.append(client.client_bound)
+    elif client.warning:
+        warnings.append(client.warning)
     return LoadSummary(
         n_total=len(run.records), n_measured=len(counted), n_ok=len(ok), errors=errors, error_rate=error_rate,
-        duration_s=duration,
-        ttft_ms=summarize(vals(ttft_ms), intervals), tpot_ms=summarize(vals(tpot_ms), intervals),
-        itl_ms=summarize((v for r in ok for v in itl_ms(r)), intervals), e2e_ms=summarize(vals(e2e_ms), intervals),
+        duration_s=duration, client=client,
+        ttft_ms=ttft, tpot_ms=summarize(vals(tpot_ms), intervals),
+        itl_ms=itl, e2e_ms=summarize(vals(e2e_ms), intervals),
         queue_ms=summarize(((r.sent_s - r.scheduled_s) * 1e3 for r in counted if r.sent_s is not None), intervals),
         output_tok_s=output_tok_s, input_tok_s=input_tok_s, requests_s=requests_s, offered_rate_rps=run.offered_rate_rps,
         achieved_rate_rps=achieved[1] if achieved else None, mean_output_tokens=mean_out, mean_prompt_tokens=mean_prompt,
@@ -303,10 +311,11 @@ def pooled_run(runs: Sequence[LoadRun]) -> LoadRun:
                                             "index": k * 1_000_000 + r.index,
                                             "scheduled_s": r.scheduled_s + shift,
                                             "sent_s": None if r.sent_s is None else r.sent_s + shift,
+                                            "fired_s": None if r.fired_s is None else r.fired_s + shift,
                                             "first_token_s": None if r.first_token_s is None else r.first_token_s + shift,
                                             "token_times_s": [t + shift for t in r.token_times_s],
                                             "end_s": None if r.end_s is None else r.end_s + shift,
                                             "done_s": None if r.done_s is None else r.done_s + shift}))
         wall += run.wall_s
     return LoadRun(point=runs[0].point, records=records, started_at_unix=runs[0].started_at_unix, wall_s=wall,
-                   offered_rate_rps=runs[0].offered_rate_rps)
+                   offered_rate_rps=runs[0].offered_rate_rps, client=[p for run in runs for p in run.client])

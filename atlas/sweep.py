@@ -100,10 +100,12 @@ class Sweeper:
     def __init__(self, spec: SweepSpec, gpu: GpuSpec, results_root: Path | str, *, resume: bool = False,
                  progress: Callable[[SweepEvent], None] | None = None, price_provider: str | None = None,
                  engine_factory: EngineFactory | None = None, check_hardware: bool = True,
-                 caps: dict[str, Caps] | None = None, capacity_guess: Callable[[RunConfig, HardwareProbe | None], Guess | None] | None = None):
+                 caps: dict[str, Caps] | None = None, capacity_guess: Callable[[RunConfig, HardwareProbe | None], Guess | None] | None = None,
+                 client_procs: int | None = None):
         """`caps`: per engine, what the installed engine accepts (plan.expand skips what it cannot run);
         `capacity_guess`: a first guess of a server config's capacity (the calibrated simulator), given this
-        machine's probe."""
+        machine's probe; `client_procs`: load client processes per point (None: chosen per point from its
+        offered load and the cores here, atlas.loadgen_procs)."""
         self.spec, self.gpu, self.caps = spec, gpu, caps
         self.store = ResultStore(results_root, spec.name)
         self.resume = resume
@@ -123,7 +125,8 @@ class Sweeper:
         self.probe: HardwareProbe | None = None  # this machine's, taken before any engine starts
         self.capacity_guess = capacity_guess
         self.capacities: list[CapacityResult] = []
-        self.points = PointMeasurer(spec, gpu, self.provider, lambda message: self._emit("note", message))
+        self.points = PointMeasurer(spec, gpu, self.provider, lambda message: self._emit("note", message),
+                                    client_procs=client_procs)
 
     # ---------------------------------------------------------------------------------------------------
     def prepare(self) -> list[PlannedRun | SkippedRun]:
