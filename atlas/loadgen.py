@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 import numpy as np
 
-from atlas.client_check import LoopMonitor, ProcessStats
+from atlas.client_check import ClientMeter, ProcessStats
 from atlas.config import LoadPoint
 from atlas.knobs import LoadMode
 
@@ -341,8 +341,8 @@ async def run_share(base_url: str, model: str, point: LoadPoint, share: Share, f
 
     if (wait := -clock()) > 0:
         await asyncio.sleep(wait)
-    monitor = LoopMonitor()
-    monitor.start()
+    meter = ClientMeter()
+    meter.start()
     limit = share.concurrency if share.mode == "closed" else (share.max_in_flight or 0)
     connector = aiohttp.TCPConnector(limit=limit or 0, force_close=fresh_connections)
     timeout = aiohttp.ClientTimeout(total=point.request_timeout_s)
@@ -363,7 +363,7 @@ async def run_share(base_url: str, model: str, point: LoadPoint, share: Share, f
             assert share.starts is not None
             records = await _open_loop(client, point, share.groups, share.starts, share.horizon, clock, gate)
     wall = clock()
-    return ShareDone(records, drain, wall, monitor.stop())
+    return ShareDone(records, drain, wall, meter.stop())
 
 
 def _record(i: int, phase: str, scheduled: float, req: PlannedRequest) -> RequestRecord:

@@ -34,8 +34,11 @@ def test_ttft_and_itl_match_injected_values(mock_server, streams):
     if streams == 1:
         run = go(url, closed(1, 8, warm=2, output_tokens=20))
     else:  # each stream lasts 60 + 19 x 100 = 1.96 s: 132 arrivals/s keep 256 in flight
-        run = go(url, LoadPoint(mode=LoadMode.POISSON, rate_rps=132.0, num_requests=520, output_tokens=20,
-                                warmup_s=1.5, cooldown_s=0.5, min_requests=4, min_duration_s=0.1, repeats=1))
+        from tests.integration.test_workloads_mock import on_time_run
+
+        run = on_time_run(lambda: go(url, LoadPoint(mode=LoadMode.POISSON, rate_rps=132.0, num_requests=520,
+                                                    output_tokens=20, warmup_s=1.5, cooldown_s=0.5, min_requests=4,
+                                                    min_duration_s=0.1, repeats=1)))
         mid = [r.scheduled_s for r in run.records if r.phase == "measure"]
         assert 200 <= _in_flight_at(run, sorted(mid)[len(mid) // 2]) <= 320
     ok = [r for r in run.records if r.phase == "measure" and r.status == "ok"]
@@ -98,3 +101,105 @@ def test_open_loop_queueing_counts_from_the_scheduled_time(mock_server):
     assert s.queue_ms.p50.value > 100
     assert s.ttft_ms.p50.value > s.queue_ms.p50.value + 40
     assert any("oversaturated" in r for r in s.invalid_reasons)
+
+
+def test_two_client_processes_send_one_schedule_on_one_clock(mock_server):
+    """The 256-stream open loop sent by two spawned client processes: every request once, at its scheduled time
+    on the shared clock, and the injected latencies measured as exactly as by one process."""
+    from atlas.loadgen import fixed_plan, make_prompts, schedule
+
+    url = mock_server(ttft_ms=60.0, itl_ms=100.0)
+    point = LoadPoint(mode=LoadMode.POISSON, rate_rps=132.0, num_requests=520, output_tokens=20, warmup_s=1.5,
+                      cooldown_s=0.5, min_requests=4, min_duration_s=0.1, repeats=1)
+    run = run_sync(run_load(url, "mock", point, procs=2))
+    assert [r.index for r in run.records] == list(range(520)) and len(run.client) == 2
+    job = schedule(point, fixed_plan(make_prompts(520, point.prompt_tokens, point.prompt_seed), point))
+    assert [r.scheduled_s for r in run.records] == pytest.approx(job.starts, abs=1e-9)
+    ok = [r for r in run.records if r.phase == "measure" and r.status == "ok"]
+    assert len(ok) == len([r for r in run.records if r.phase == "measure"]) > 0
+    assert abs(statistics.median(ttft_ms(r) for r in ok) - 60.0) < 1.0
+    assert abs(statistics.median(v for r in ok for v in itl_ms(r)) - 100.0) < 1.0
+    mid = sorted(r.scheduled_s for r in ok)[len(ok) // 2]
+    assert 200 <= _in_flight_at(run, mid) <= 320  # both processes' streams overlap: one point, not two halves
+    s = summarize_load(run)
+    assert s.client.procs == 2 and s.client.send_lateness_p50_ms < 1.0, s.client
+
+
+def test_a_closed_loop_split_over_processes_keeps_its_streams(mock_server):
+    url = mock_server(ttft_ms=20.0, itl_ms=10.0)
+    run = run_sync(run_load(url, "mock", closed(4, 24, warm=0, output_tokens=10), procs=2))
+    assert [r.index for r in run.records] == list(range(24)) and all(r.status == "ok" for r in run.records)
+    sends = sorted(r.sent_s for r in run.records)
+    assert max(_in_flight_at(run, t) for t in sends) == 4  # 2 streams per process, never more in flight
+
+
+def test_a_client_that_falls_behind_makes_its_point_invalid_not_slow(mock_server):
+    """The client's own event loop blocked 30 ms in every 40 (work the client does, standing for a CPU it
+    does not get): the latencies it records carry its delay, and the point says so instead of reporting it."""
+    import asyncio
+    import time
+
+    url = mock_server(ttft_ms=10.0, itl_ms=5.0)
+    point = LoadPoint(mode=LoadMode.POISSON, rate_rps=50.0, num_requests=60, output_tokens=8, min_requests=4,
+                      min_duration_s=0.1, repeats=1)
+
+    async def hog():
+        while True:
+            time.sleep(0.03)
+            await asyncio.sleep(0.01)
+
+    async def main():
+        task = asyncio.get_running_loop().create_task(hog())
+        try:
+            return await run_load(url, "mock", point, procs=1)
+        finally:
+            task.cancel()
+
+    s = summarize_load(run_sync(main()))
+    assert not s.valid and any(x.startswith("client-bound:") for x in s.invalid_reasons), s.invalid_reasons
+    assert s.client.send_lateness_p99_ms > 10.0
+    quiet = summarize_load(go(url, point))
+    assert quiet.client.client_bound is None, quiet.client
+
+
+def test_a_client_starved_of_cpu_sees_it_in_the_kernels_account(mock_server):
+    """A closed loop has no schedule to be late for. The client held on one core with seven busy processes
+    waits for the CPU each time a chunk wakes it (measured here: 0.7 ms per wake-up, 16% of the run, ITL p99
+    +3.5 ms while the median stays exact); the kernel's scheduler account shows it against the same client
+    unhindered, and the point carries the verdict its figures call for (a warning over 10% of the run)."""
+    import multiprocessing as mp
+    import os
+
+    from atlas.client_check import WAIT_WARNING
+
+    url = mock_server(ttft_ms=10.0, itl_ms=5.0)
+    point = closed(2, 40, warm=0, output_tokens=16)
+    quiet = summarize_load(go(url, point)).client
+    mine = os.sched_getaffinity(0)
+    core = min(mine)
+    ctx = mp.get_context("spawn")
+    hogs = [ctx.Process(target=_spin, args=(core,), daemon=True) for _ in range(7)]
+    try:
+        for h in hogs:
+            h.start()
+        os.sched_setaffinity(0, {core})
+        s = summarize_load(go(url, point))
+    finally:
+        os.sched_setaffinity(0, mine)
+        for h in hogs:
+            h.kill()
+    starved = s.client
+    assert starved.sched_wait_share > quiet.sched_wait_share + 0.05, (quiet, starved)
+    assert starved.sched_wait_per_wakeup_ms > 3 * quiet.sched_wait_per_wakeup_ms, (quiet, starved)
+    if starved.client_bound:
+        assert not s.valid and starved.client_bound in s.invalid_reasons
+    elif starved.sched_wait_share > WAIT_WARNING:
+        assert starved.warning in s.warnings
+
+
+def _spin(core):
+    import os
+
+    os.sched_setaffinity(0, {core})
+    while True:
+        pass

@@ -21,6 +21,19 @@ def words(text):
     return len(text.split())
 
 
+def on_time_run(go, tries=2):
+    """A run whose client kept its schedule by its own check (atlas.client_check). A shared host can take the
+    CPU from the client for a few hundred ms (CI once saw a 407 ms stall): such a run must come out invalid as
+    client-bound, never as server latency; the timing bounds are then checked on the next try."""
+    for _ in range(tries):
+        run = go()
+        s = summarize_load(run, intervals=False)
+        if s.client.client_bound is None:
+            return run
+        assert not s.valid and s.client.client_bound in s.invalid_reasons
+    pytest.fail(f"the client was client-bound in all {tries} tries: {s.client.client_bound}")
+
+
 def _scrape(url):
     import urllib.request
 
@@ -94,7 +107,7 @@ def test_trace_replay_sends_each_request_at_its_trace_time_on_256_streams(mock_s
     lp = LoadPoint(mode=LoadMode.TRACE, num_requests=520, min_requests=4, min_duration_s=0.1, repeats=1,
                    workload={"kind": "trace", "path": str(path), "time_scale": 2.0})
     plan = plan_requests(lp, 520, 0, 2048, None)
-    run = run_sync(run_load(url, "mock", lp, plan=plan))
+    run = on_time_run(lambda: run_sync(run_load(url, "mock", lp, plan=plan)))
     assert all(r.status == "ok" for r in run.records)
     written = np.array([float(f"{x:.6f}") for x in t])
     expect = (written - written[0]) * 2.0
