@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
+from atlas.nondominated import non_dominated_mask
 from atlas.table import METRICS
 
 
@@ -82,47 +83,14 @@ def parse_objective(text: str) -> Objective:
 
 # ---------------------------------------------------------------------------------------------- numerics
 def non_dominated(points: np.ndarray) -> np.ndarray:
-    """Boolean mask of the rows of `points` (n x k, every column minimized) that no other row dominates.
-    Rows are visited in order of their sum of min-max scaled objectives: a row that dominates another has a
-    strictly smaller sum, so (but for float ties, settled by a last pass among the survivors) no later row
-    can dominate an earlier one: each visited row culls what it dominates in one vectorized step, and
-    low-sum rows, visited first, cull the most."""
+    """Boolean mask of the rows of `points` (n x k, every column minimized) that no other row dominates
+    (exact copies of a frontier row are all on it). See atlas.nondominated for the algorithm."""
     x = np.asarray(points, dtype=float)
     if x.ndim != 2:
         raise FrontierError("points must be a 2-D array")
-    n = x.shape[0]
-    if n == 0:
-        return np.zeros(0, dtype=bool)
-    span = np.ptp(x, axis=0)
-    scaled = (x - x.min(axis=0)) / np.where(span > 0, span, 1.0)
-    order = np.argsort(scaled.sum(axis=1), kind="stable")
-    x = x[order]
-    alive = np.arange(n)
-    keep = np.zeros(n, dtype=bool)
-    i = 0
-    while i < len(alive):
-        p = x[alive[i]]
-        rest = x[alive[i + 1:]]
-        dominated = np.all(rest >= p, axis=1) & np.any(rest > p, axis=1)
-        keep[alive[i]] = True
-        alive = np.concatenate([alive[: i + 1], alive[i + 1:][~dominated]])
-        i += 1
-    # A row culled above was dominated by a kept one, so any survivor that is dominated is dominated
-    # (by transitivity) by another survivor: one pairwise pass among the few survivors settles ties.
-    kept = np.flatnonzero(keep)
-    keep[kept[_dominated_within(x[kept])]] = False
-    mask = np.zeros(n, dtype=bool)
-    mask[order[keep]] = True
-    return mask
-
-
-def _dominated_within(f: np.ndarray, block: int = 256) -> np.ndarray:
-    """Rows of f dominated by another row of f (pairwise, in blocks to bound memory)."""
-    dom = np.zeros(len(f), dtype=bool)
-    for s in range(0, len(f), block):
-        a = f[s:s + block, None]
-        dom |= np.any(np.all(a <= f[None], axis=2) & np.any(a < f[None], axis=2), axis=0)
-    return dom
+    if np.isnan(x).any():
+        raise FrontierError("points must not be NaN (an unmeasured objective is excluded before the frontier)")
+    return non_dominated_mask(x)
 
 
 def robust_non_dominated(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:

@@ -31,6 +31,62 @@ def test_non_dominated_matches_brute_force(x):
     assert np.array_equal(non_dominated(x), brute(x))
 
 
+def brute_blocked(x):
+    """Every pair compared, a column at a time (n^2 booleans in blocks of rows)."""
+    dom = np.zeros(len(x), dtype=bool)
+    for s in range(0, len(x), 256):
+        a = x[s:s + 256]
+        le = np.ones((len(a), len(x)), dtype=bool)
+        lt = np.zeros((len(a), len(x)), dtype=bool)
+        for j in range(x.shape[1]):
+            le &= a[:, j, None] <= x[None, :, j]
+            lt |= a[:, j, None] < x[None, :, j]
+        dom |= np.any(le & lt, axis=0)
+    return ~dom
+
+
+def _shaped(rng, n, k, shape, levels):
+    if shape == "uniform":
+        x = rng.random((n, k))
+    elif shape == "correlated":
+        x = rng.random(n)[:, None] + 0.1 * rng.random((n, k))
+    else:  # anti-correlated: near the plane where the objectives sum to a constant (most rows on the frontier)
+        x = rng.dirichlet(np.ones(k), n) + 0.02 * rng.random((n, k))
+    return np.round(x * levels) / levels if levels else x  # few levels: many ties and exact copies
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31), st.integers(65, 1500), st.integers(2, 4),
+       st.sampled_from(["uniform", "correlated", "anti"]), st.sampled_from([0, 4, 20, 1000]))
+def test_non_dominated_matches_brute_force_past_the_pivots_and_across_levels(seed, n, k, shape, levels):
+    """Sizes where the pivot cull runs and the 3-objective divide and conquer has many levels, on the three
+    shapes of data, with and without heavy ties."""
+    x = _shaped(np.random.default_rng(seed), n, k, shape, levels)
+    assert np.array_equal(non_dominated(x), brute_blocked(x))
+
+
+@pytest.mark.parametrize("shape", ["uniform", "correlated", "anti"])
+@pytest.mark.parametrize("levels", [0, 12])
+@pytest.mark.parametrize("sample", [4096, 64])
+def test_non_dominated_matches_brute_force_where_both_pivot_rounds_run(shape, levels, sample, monkeypatch):
+    """Above atlas.nondominated.SAMPLE rows: the least-sum pivot, then (where more than SAMPLE rows survive it)
+    a sample's frontier as pivots, then the exact pass; with 12 levels most rows have exact copies."""
+    from atlas import nondominated
+
+    monkeypatch.setattr(nondominated, "SAMPLE", sample)  # 64: the second round runs at this size too
+    x = _shaped(np.random.default_rng(7), 4800, 3, shape, levels)
+    assert np.array_equal(non_dominated(x), brute_blocked(x))
+    x2 = _shaped(np.random.default_rng(8), 4800, 2, shape, levels)
+    assert np.array_equal(non_dominated(x2), brute_blocked(x2))
+
+
+def test_non_dominated_rejects_nan_and_handles_infinities():
+    with pytest.raises(FrontierError, match="NaN"):
+        non_dominated(np.array([[1.0, np.nan]]))
+    x = np.array([[np.inf, 0.0, 1.0], [0.0, np.inf, 1.0], [1.0, 1.0, -np.inf], [2.0, 2.0, -np.inf]] * 30)
+    assert np.array_equal(non_dominated(x), brute_blocked(x))
+
+
 @settings(max_examples=60, deadline=None)
 @given(arrays(np.float64, st.tuples(st.integers(1, 30), st.integers(1, 3)), elements=st.floats(0, 1)))
 def test_frontier_invariants(x):
