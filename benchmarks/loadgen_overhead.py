@@ -1,12 +1,18 @@
-"""How much load one client core sustains, and how exact its timing is, against the mock server on the
-other core. Prints: max request rate (1-token answers), max streamed chunk rate, and the TTFT/ITL timing
-error at 256 (and more) concurrent streams.
+"""How much load the client sustains, and how exact its timing is, against the mock server on its own core,
+for each number of client processes asked (the client processes share every other core). Prints: max request
+rate (1-token answers), max streamed chunk rate, and at 256 (and more) concurrent streams the TTFT/ITL timing
+error, the send lateness and the client's own verdict on itself (atlas.client_check: a point it would mark
+client-bound is flagged so).
 
-    .venv/bin/python benchmarks/loadgen_overhead.py
+    .venv/bin/python benchmarks/loadgen_overhead.py [--procs 1,2,4] [--streams 256,512,1024]
+
+The mock server is one Python process on one core: its own ceiling (about 40,000 chunks/s on the 2-core
+development host) bounds every figure above it; on a 2-core host the client has one core whatever --procs says.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import tempfile
@@ -17,7 +23,7 @@ from atlas.engines.mock.engine import MockEngine
 from atlas.engines.mock.server import MockOptions
 from atlas.knobs import LoadMode
 from atlas.loadgen import run_load, run_sync
-from atlas.metrics import itl_ms, ttft_ms
+from atlas.metrics import itl_ms, summarize_load, ttft_ms
 
 CORES = sorted(os.sched_getaffinity(0))
 
@@ -40,43 +46,58 @@ def with_mock(opts: MockOptions, fn):  # type: ignore[no-untyped-def]
 
 
 def main() -> None:
-    if len(CORES) > 1:
-        os.sched_setaffinity(0, {CORES[0]})  # the client: one core
-    print(f"client on core {CORES[0]}, mock server on core {CORES[-1]}")
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--procs", default="1", help="client process counts to measure, e.g. 1,2,4")
+    ap.add_argument("--streams", default="256,512,1024", help="in-flight streams for the timing error")
+    args = ap.parse_args()
+    client_cores = set(CORES[:-1]) if len(CORES) > 1 else set(CORES)
+    os.sched_setaffinity(0, client_cores)  # spawned client processes inherit it
+    print(f"client on cores {sorted(client_cores)}, mock server on core {CORES[-1]}")
+    for procs in (int(v) for v in args.procs.split(",")):
+        measure(procs, [int(v) for v in args.streams.split(",")])
+
+
+def measure(procs: int, streams: list[int]) -> None:
+    print(f"--- {procs} client process{'es' if procs > 1 else ''}")
 
     def rate(url: str) -> None:
-        run = run_sync(run_load(url, "mock", point(64, 3000, 1, 64)))
+        run = run_sync(run_load(url, "mock", point(64, 3000, 1, 64), procs=procs))
         ok = [r for r in run.records if r.phase == "measure" and r.status == "ok"]
         span = max(r.done_s for r in ok) - min(r.scheduled_s for r in ok)
-        print(f"max request rate (1-token streams, 64 in flight): {len(ok) / span:,.0f} req/s")
+        print(f"max request rate (1-token streams, 64 in flight): {len(ok) / span:,.0f} req/s "
+              f"({len(ok) / span / procs:,.0f} per process)")
 
     with_mock(MockOptions(ttft_ms=0, itl_ms=0), rate)
 
     def chunks(url: str) -> None:
-        run = run_sync(run_load(url, "mock", point(128, 512, 64, 128)))
+        run = run_sync(run_load(url, "mock", point(128, 512, 64, 128), procs=procs))
         ok = [r for r in run.records if r.phase == "measure" and r.status == "ok"]
         span = max(r.end_s for r in ok) - min(r.scheduled_s for r in ok)
-        print(f"max streamed chunk rate (128 streams x 64 chunks, zero delay): "
-              f"{sum(len(r.token_times_s) for r in ok) / span:,.0f} chunks/s")
+        total = sum(len(r.token_times_s) for r in ok) / span
+        print(f"max streamed chunk rate (128 streams x 64 chunks, zero delay): {total:,.0f} chunks/s "
+              f"({total / procs:,.0f} per process)")
 
     with_mock(MockOptions(ttft_ms=0, itl_ms=0), chunks)
 
     # Timing error: Poisson arrivals that keep `c` streams in flight (a closed loop would re-send in
     # lock-step and every chunk would arrive in one burst). Each stream: TTFT 60 ms, then 47 x 40 ms.
-    for c in (256, 512, 1024):
+    for c in streams:
         def timing(url: str, c: int = c) -> None:
             rate = c / 1.94
             p = LoadPoint(mode=LoadMode.POISSON, rate_rps=rate, num_requests=int(rate * 4), output_tokens=48,
                           warmup_s=1.5, cooldown_s=0.5, min_requests=1, min_duration_s=0, repeats=1,
                           request_timeout_s=600)
-            run = run_sync(run_load(url, "mock", p))
+            run = run_sync(run_load(url, "mock", p, procs=procs))
             ok = [r for r in run.records if r.phase == "measure" and r.status == "ok"]
             t = sorted(ttft_ms(r) - 60.0 for r in ok)
             gaps = sorted(v - 40.0 for r in ok for v in itl_ms(r))
-            q = statistics.median((r.sent_s - r.scheduled_s) * 1e3 for r in ok)
+            late = sorted((r.sent_s - r.scheduled_s) * 1e3 for r in ok)
+            check = summarize_load(run, intervals=False).client
+            verdict = (check.client_bound or check.warning or "client on time") if check else "-"
             print(f"{c:5d} streams ({rate:.0f} req/s, {c * 25:,} chunks/s): TTFT error p50 {t[len(t) // 2]:+.2f} ms "
                   f"p99 {t[int(len(t) * .99)]:+.2f} ms; ITL error p50 {gaps[len(gaps) // 2]:+.2f} ms "
-                  f"p99 {gaps[int(len(gaps) * .99)]:+.2f} ms; client send lateness p50 {q:.2f} ms; ok {len(ok)}")
+                  f"p99 {gaps[int(len(gaps) * .99)]:+.2f} ms; send lateness p50 {statistics.median(late):.2f} ms "
+                  f"p99 {late[int(len(late) * .99)]:.2f} ms; ok {len(ok)}; self-check: {verdict}")
 
         with_mock(MockOptions(ttft_ms=60, itl_ms=40), timing)
 

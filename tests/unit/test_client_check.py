@@ -36,7 +36,7 @@ def test_a_client_on_time_passes_and_reports_what_it_measured():
 def test_a_late_sending_client_makes_the_point_client_bound_with_the_figure():
     c = check_client(_run([0.2] * 90 + [40.0] * 10), ttft_p50_ms=100.0, itl_p50_ms=20.0)
     assert c.client_bound and c.client_bound.startswith("client-bound: send lateness p99 40.0 ms > 10.0")
-    assert "1 client process;" in c.client_bound and "--client-procs" in c.client_bound
+    assert "1 client process;" in c.client_bound and "--client-procs where cores are free" in c.client_bound
 
 
 def test_a_saturated_or_cpu_starved_client_is_bound_and_a_smaller_wait_only_warns():
