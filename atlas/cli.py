@@ -20,6 +20,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from atlas.cli_compare import compare_cmd
 from atlas.config import SpecError, SweepSpec, load_spec
 from atlas.engines.base import EngineError
 from atlas.engines.embedded import EmbeddedModelError
@@ -442,6 +443,9 @@ def workload_line(cfg: RunConfig) -> str | None:
             f"{info.max_prompt_tokens}), outputs ~{info.mean_output_tokens:.0f}{reuse}"
             + (f"; {info.dropped} too long for the model, dropped" if info.dropped else "")
             + (f"; file sha256 {sha[:16]}" if sha else ""))
+
+
+app.command("compare")(compare_cmd)
 
 
 @app.command()
