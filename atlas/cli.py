@@ -449,6 +449,28 @@ app.command("compare")(compare_cmd)
 
 
 @app.command()
+def export(results_dir: Path = typer.Argument(Path("results"), help="results/ or results/<sweep>"),
+           fmt: str = typer.Option("parquet", "--format", help="parquet, csv or jsonl"),
+           out: Path = typer.Option(None, help="file to write (default: <folder>.<format> here)"),
+           records: bool = typer.Option(False, help="also every request of every repeat, to <out stem>.records.<format>")) -> None:
+    """Results as data: one row per point (the report table's columns, units in the names); in Python the same
+    table is `atlas.load_frame(path)`."""
+    from atlas.export import load_frame, load_records, write_frame
+
+    target = out or Path(f"{results_dir.resolve().name}.{fmt}")
+    try:
+        frame = load_frame(results_dir)
+        reqs = load_records(results_dir) if records else None
+        written = [write_frame(frame, fmt, target)]
+        if reqs is not None:
+            written.append(write_frame(reqs, fmt, target.with_name(f"{target.stem}.records.{fmt}")))
+    except USER_ERRORS as e:
+        _fail(e)
+    console.print(f"{len(frame)} points -> {written[0]}" + (f"; {len(reqs)} requests -> {written[1]}"
+                                                              if reqs is not None else ""))
+
+
+@app.command()
 def schema(what: str = typer.Argument("sweep", help="sweep or result")) -> None:
     """Print the JSON schema of a sweep spec or a result file."""
     models: dict[str, type[BaseModel]] = {"sweep": SweepSpec, "result": RunResult}
