@@ -41,14 +41,15 @@ def compare_cmd(baseline: Path = typer.Argument(..., help="the baseline's result
     for line in c.provenance:
         console.print(f"  measured differently: {escape(line)}", highlight=False)
     t = Table("configuration", "metric", "baseline", "new", "change", "verdict", "test")
-    for p in c.matched:
+    for p in c.judged():
+        row = p.label if p in c.matched else f"{p.label} (at capacity)"
         if p.old_status != p.new_status:
-            t.add_row(escape(p.label), "status", p.old_status, p.new_status, "", "", escape("; ".join(p.new_reasons)))
+            t.add_row(escape(row), "status", p.old_status, p.new_status, "", "", escape("; ".join(p.new_reasons)))
         for x in p.changes:
             if all_metrics or x.verdict in ("regression", "improvement"):
                 change = f"{x.relative * 100:+.1f}%" if x.relative is not None else f"{x.change:+.4g}"
                 style = {"regression": "red", "improvement": "green"}.get(x.verdict, "")
-                t.add_row(escape(p.label), x.metric, f"{x.old:.4g}", f"{x.new:.4g}", change,
+                t.add_row(escape(row), x.metric, f"{x.old:.4g}", f"{x.new:.4g}", change,
                           f"[{style}]{x.verdict}[/]" if style else x.verdict, escape(x.test))
     console.print(t)
     console.print(f"frontier: entered {len(c.frontier_entered)}, left {len(c.frontier_left)}")
@@ -56,6 +57,13 @@ def compare_cmd(baseline: Path = typer.Argument(..., help="the baseline's result
         console.print(f"  + {escape(label)}", highlight=False)
     for label in c.frontier_left:
         console.print(f"  - {escape(label)}", highlight=False)
+    if c.capacities:
+        console.print(f"{len(c.capacities)} capacities matched; frontier at capacity: entered "
+                      f"{len(c.capacity_frontier_entered)}, left {len(c.capacity_frontier_left)}")
+        for label in c.capacity_frontier_entered:
+            console.print(f"  + {escape(label)}", highlight=False)
+        for label in c.capacity_frontier_left:
+            console.print(f"  - {escape(label)}", highlight=False)
     where = out or Path("reports") / f"compare-{baseline.name}-{new.name}"
     try:
         page = write_compare_page(c, where, failures, [r.describe() for r in rules])

@@ -60,6 +60,22 @@ class PointComparison(BaseModel):
         return self.old_status == "ok" and self.new_status != "ok"
 
 
+class CapacityComparison(BaseModel):
+    """One server config's capacity under the SLO on both sides (atlas.compare_capacity)."""
+
+    model_config = ConfigDict(extra="forbid")
+    key: str
+    label: str
+    old_status: str
+    new_status: str
+    new_reasons: list[str] = []
+    changes: list[MetricChange] = []
+
+    @property
+    def status_regressed(self) -> bool:
+        return self.old_status == "ok" and self.new_status != "ok"
+
+
 class Comparison(BaseModel):
     model_config = ConfigDict(extra="forbid")
     baseline: str
@@ -71,9 +87,16 @@ class Comparison(BaseModel):
     frontier_entered: list[str]
     frontier_left: list[str]
     threshold: float
+    capacities: list[CapacityComparison] = []  # configs with a capacity record on both sides
+    capacity_frontier_entered: list[str] = []  # the frontier at capacity (what the report leads with)
+    capacity_frontier_left: list[str] = []
 
-    def regressions(self) -> list[tuple[PointComparison, MetricChange]]:
-        return [(p, c) for p in self.matched for c in p.changes if c.verdict == "regression"]
+    def judged(self) -> list[PointComparison | CapacityComparison]:
+        """Every matched point, then every matched capacity."""
+        return [*self.matched, *self.capacities]
+
+    def regressions(self) -> list[tuple[PointComparison | CapacityComparison, MetricChange]]:
+        return [(p, c) for p in self.judged() for c in p.changes if c.verdict == "regression"]
 
 
 def _key(r: RunResult) -> str:
@@ -256,11 +279,17 @@ def compare(baseline: Path, new: Path, threshold: float = THRESHOLD) -> Comparis
         changes = [c for m in COMPARED if (c := metric_change(o, n, m, threshold)) is not None] if measured else []
         matched.append(PointComparison(key=k, label=o.label, old_status=o.status, new_status=n.status,
                                        new_reasons=n.reasons, changes=changes))
+    from atlas.compare_capacity import compare_capacities, frontier_at_capacity
+
     fa, fb = _frontier_keys(old_r), _frontier_keys(new_r)
     label = {**{k: r.label for k, r in a.items()}, **{k: r.label for k, r in b.items()}}
+    ca, cb = frontier_at_capacity(baseline, old_r), frontier_at_capacity(new, new_r)
     return Comparison(baseline=str(baseline), new=str(new), matched=matched,
                       only_baseline=sorted(a[k].label for k in a if k not in b),
                       only_new=sorted(b[k].label for k in b if k not in a),
                       provenance=provenance_diff(old_r, new_r),
                       frontier_entered=sorted(label[k] for k in fb - fa),
-                      frontier_left=sorted(label[k] for k in fa - fb), threshold=threshold)
+                      frontier_left=sorted(label[k] for k in fa - fb), threshold=threshold,
+                      capacities=compare_capacities(baseline, new, threshold),
+                      capacity_frontier_entered=sorted(cb[k] for k in cb.keys() - ca.keys()),
+                      capacity_frontier_left=sorted(ca[k] for k in ca.keys() - cb.keys()))

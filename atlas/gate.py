@@ -10,7 +10,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict
 
-from atlas.compare import COMPARED, Comparison
+from atlas.compare import COMPARED, Comparison, PointComparison
 
 _RULE = re.compile(r"^(?P<metric>[a-z0-9_]+):(?P<sign>[+-])(?P<amount>\d+(?:\.\d+)?)(?P<pct>%?)$")
 
@@ -36,8 +36,8 @@ def parse_fail_on(text: str) -> FailOn:
     if m is None:
         raise GateError(f"--fail-on {text!r}: expected METRIC:+N% or METRIC:-N (e.g. tpot_p50_ms:+5%, accuracy:-0.02)")
     metric = m["metric"]
-    if metric not in COMPARED:
-        raise GateError(f"--fail-on {text!r}: {metric!r} is not compared (one of {', '.join(COMPARED)})")
+    if metric not in (*COMPARED, "capacity_rps"):
+        raise GateError(f"--fail-on {text!r}: {metric!r} is not compared (one of {', '.join(COMPARED)}, capacity_rps)")
     amount = float(m["amount"]) / (100.0 if m["pct"] else 1.0)
     return FailOn(metric=metric, direction=1 if m["sign"] == "+" else -1, amount=amount, relative=bool(m["pct"]))
 
@@ -47,10 +47,11 @@ def gate(comparison: Comparison, rules: list[FailOn]) -> list[str]:
     if not rules:
         return []
     out = []
-    for p in comparison.matched:
+    for p in comparison.judged():
+        where = p.label if isinstance(p, PointComparison) else f"{p.label} at capacity"
         if p.status_regressed:
             why = f" ({'; '.join(p.new_reasons)})" if p.new_reasons else ""
-            out.append(f"{p.label}: was ok, now {p.new_status}{why}")
+            out.append(f"{where}: was ok, now {p.new_status}{why}")
             continue
         by = {c.metric: c for c in p.changes}
         for rule in rules:
@@ -66,5 +67,5 @@ def gate(comparison: Comparison, rules: list[FailOn]) -> list[str]:
                 if moved <= rule.amount:
                     continue
                 size = f"{c.change:+.4g}"
-            out.append(f"{p.label}: {c.metric} {c.old:.4g} -> {c.new:.4g} ({size}, limit {rule.describe()}; {c.test})")
+            out.append(f"{where}: {c.metric} {c.old:.4g} -> {c.new:.4g} ({size}, limit {rule.describe()}; {c.test})")
     return out
