@@ -26,7 +26,7 @@ from atlas.engines.base import EngineError
 from atlas.engines.embedded import EmbeddedModelError
 from atlas.engines.registry import DEFAULT_ENGINE, UnknownEngine, adapter, engine_kinds
 from atlas.frontier import FrontierError, parse_constraint, parse_objective
-from atlas.hardware import CONFIG_DIR, GpuSpec, HardwareError, get_gpu
+from atlas.hardware import FILE_ENV, GpuSpec, HardwareError, config_file, get_gpu
 from atlas.plan import RunConfig, SkippedRun, expand, installed_caps
 from atlas.preflight import preflight
 from atlas.quality import QualityError
@@ -70,8 +70,19 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def main(ctx: typer.Context, version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                                          help="Atlas's and the engines' versions")) -> None:
+                                                          help="Atlas's and the engines' versions"),
+         gpus: Path = typer.Option(None, "--gpus", help="GPU specs YAML instead of the shipped gpus.yaml "
+                                                        "(or $ATLAS_CONFIG_DIR/gpus.yaml)"),
+         prices: Path = typer.Option(None, "--prices", help="price table YAML instead of the shipped prices.yaml "
+                                                            "(or $ATLAS_CONFIG_DIR/prices.yaml)")) -> None:
     """Atlas: a Pareto atlas of LLM inference optimizations."""
+    import os
+
+    for name, path in (("gpus.yaml", gpus), ("prices.yaml", prices)):
+        if path is not None:  # through the environment, so processes Atlas starts (search workers) see it too
+            if not path.is_file():
+                _fail(HardwareError(f"--{name.split('.')[0]} {path}: no such file"))
+            os.environ[FILE_ENV[name]] = str(path.resolve())
     if ctx.invoked_subcommand is None:
         console.print(QUICK_START, highlight=False)
 USER_ERRORS = (SpecError, HardwareError, ResultError, FrontierError, QualityError, EmbeddedModelError, EngineError,
@@ -109,8 +120,8 @@ def default_spec(gpu: str, engine: str | None = None) -> Path:
         name = adapter(engine or DEFAULT_ENGINE).cpu_spec
         if name is None:
             raise SpecError(f"--engine {engine}: has no default spec; give a SPEC")
-        return CONFIG_DIR / name
-    return CONFIG_DIR / "qwen2.5-7b.yaml"
+        return config_file(name)
+    return config_file("qwen2.5-7b.yaml")
 
 
 def _progress_bar(name: str):  # type: ignore[no-untyped-def]

@@ -1,4 +1,5 @@
-"""GPU specs and price tables from configs/, and detection of the machine actually present."""
+"""GPU specs and price tables (shipped in atlas/configs/, or the user's files), and detection of the machine
+actually present."""
 
 from __future__ import annotations
 
@@ -11,7 +12,18 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-CONFIG_DIR = Path(os.environ.get("ATLAS_CONFIG_DIR", Path(__file__).resolve().parent.parent / "configs"))
+PACKAGED = Path(__file__).resolve().parent / "configs"  # shipped in the package (the checkout's configs/ links here)
+FILE_ENV = {"gpus.yaml": "ATLAS_GPUS_FILE", "prices.yaml": "ATLAS_PRICES_FILE"}  # set by atlas --gpus / --prices
+
+
+def config_file(name: str) -> Path:
+    """A default file: the one named by --gpus / --prices (their variables), else $ATLAS_CONFIG_DIR/name where
+    that exists, else the copy shipped in the package (so an installed wheel finds every default)."""
+    if (named := os.environ.get(FILE_ENV.get(name, ""), "")):
+        return Path(named)
+    if (folder := os.environ.get("ATLAS_CONFIG_DIR")) and (Path(folder) / name).exists():
+        return Path(folder) / name
+    return PACKAGED / name
 
 
 class HardwareError(ValueError):
@@ -48,9 +60,12 @@ def _read_yaml(path: Path) -> dict:  # type: ignore[type-arg]
     return data
 
 
-@lru_cache(maxsize=8)
 def load_gpus(path: Path | None = None) -> dict[str, GpuSpec]:
-    path = path or CONFIG_DIR / "gpus.yaml"
+    return _load_gpus(path or config_file("gpus.yaml"))
+
+
+@lru_cache(maxsize=8)
+def _load_gpus(path: Path) -> dict[str, GpuSpec]:
     data = _read_yaml(path).get("gpus", {})
     out = {}
     for key, entry in data.items():
@@ -75,7 +90,7 @@ def get_gpu(key: str, path: Path | None = None) -> GpuSpec:
 
 def price_usd_per_hour(gpu: str, provider: str | None = None, path: Path | None = None) -> tuple[float, str]:
     """The $/GPU-hour for `gpu` and a source string naming the provider and date."""
-    path = path or CONFIG_DIR / "prices.yaml"
+    path = path or config_file("prices.yaml")
     data = _read_yaml(path)
     provider = provider or data.get("default_provider")
     providers = data.get("providers", {})

@@ -16,9 +16,9 @@ def test_minimal_spec_has_defaults():
 
 
 def test_shipped_specs_are_valid():
-    from atlas.hardware import CONFIG_DIR
+    from atlas.hardware import PACKAGED
 
-    for p in sorted(CONFIG_DIR.glob("*.yaml")):
+    for p in sorted(PACKAGED.glob("*.yaml")):
         if p.name in ("gpus.yaml", "prices.yaml"):
             continue
         assert load_spec(p).name
@@ -93,3 +93,33 @@ def test_knobs_are_per_engine_and_a_knob_an_engine_lacks_names_the_field():
         parse_spec({**MIN, "engine": "sglangx"})
     assert VllmKnobs(max_num_seqs=4).numerics().is_baseline_candidate
     assert not LlamaCppKnobs(engine="llamacpp", kv_cache_dtype="q8_0").numerics().is_baseline_candidate
+
+
+def test_defaults_ship_in_the_package_and_user_files_override_them(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from atlas.cli import app
+    from atlas.hardware import PACKAGED, config_file, get_gpu, price_usd_per_hour
+
+    assert (PACKAGED / "gpus.yaml").is_file() and (PACKAGED / "cpu-smollm2.yaml").is_file()
+    assert config_file("gpus.yaml") == PACKAGED / "gpus.yaml"
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "prices.yaml").write_text("default_provider: me\nproviders:\n  me:\n    as_of: today\n"
+                                      "    usd_per_gpu_hour: {h100: 1.5, cpu: 0.01}\n")
+    monkeypatch.setenv("ATLAS_CONFIG_DIR", str(mine))
+    assert config_file("prices.yaml") == mine / "prices.yaml"  # the user's where present
+    assert config_file("gpus.yaml") == PACKAGED / "gpus.yaml"  # the shipped one where not
+    assert price_usd_per_hour("h100") == (1.5, "me as of today")
+    gpus = tmp_path / "gpus.yaml"
+    gpus.write_text("gpus:\n  tiny: {name: Tiny, memory_gib: 8, bandwidth_gb_s: 100, bf16_tflops: 10, "
+                    "fp8_native: false, nvml_names: [Tiny], source: a test}\n")
+    for var in ("ATLAS_GPUS_FILE", "ATLAS_PRICES_FILE"):
+        monkeypatch.setenv(var, "")  # restored after the test: --gpus sets it for the whole process
+    r = CliRunner().invoke(app, ["--gpus", str(gpus), "validate", str(PACKAGED / "qwen2.5-7b.yaml"), "--gpu", "tiny"])
+    assert "unknown GPU" not in r.output, r.output
+    assert get_gpu("tiny").memory_gib == 8  # --gpus set it for the process (and the processes it starts)
+    r = CliRunner().invoke(app, ["--gpus", str(tmp_path / "nope.yaml"), "--version"])
+    assert r.exit_code == 0  # --version is eager: answered before anything else is read
+    r = CliRunner().invoke(app, ["--gpus", str(tmp_path / "nope.yaml"), "schema"])
+    assert r.exit_code == 2 and "nope.yaml: no such file" in r.output
