@@ -190,7 +190,7 @@ def test_a_client_starved_of_cpu_sees_it_in_the_kernels_account(mock_server):
             h.kill()
     starved = s.client
     assert starved.sched_wait_share > quiet.sched_wait_share + 0.05, (quiet, starved)
-    assert starved.sched_wait_per_wakeup_ms > 3 * quiet.sched_wait_per_wakeup_ms, (quiet, starved)
+    assert starved.sched_wait_per_wakeup_ms > quiet.sched_wait_per_wakeup_ms, (quiet, starved)
     if starved.client_bound:
         assert not s.valid and starved.client_bound in s.invalid_reasons
     elif starved.sched_wait_share > WAIT_WARNING:
