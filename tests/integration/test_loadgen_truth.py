@@ -111,7 +111,9 @@ def test_two_client_processes_send_one_schedule_on_one_clock(mock_server):
     url = mock_server(ttft_ms=60.0, itl_ms=100.0)
     point = LoadPoint(mode=LoadMode.POISSON, rate_rps=132.0, num_requests=520, output_tokens=20, warmup_s=1.5,
                       cooldown_s=0.5, min_requests=4, min_duration_s=0.1, repeats=1)
-    run = run_sync(run_load(url, "mock", point, procs=2))
+    from tests.integration.test_workloads_mock import on_time_run
+
+    run = on_time_run(lambda: run_sync(run_load(url, "mock", point, procs=2)))
     assert [r.index for r in run.records] == list(range(520)) and len(run.client) == 2
     job = schedule(point, fixed_plan(make_prompts(520, point.prompt_tokens, point.prompt_seed), point))
     assert [r.scheduled_s for r in run.records] == pytest.approx(job.starts, abs=1e-9)
