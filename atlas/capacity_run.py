@@ -30,6 +30,12 @@ def trial_of(result: RunResult, spec: SweepSpec) -> Trial:
                  in_flight=None if e2e is None else rate * e2e / 1e3)
 
 
+def client_bound_only(result: RunResult) -> bool:
+    """Invalid only because the load client fell behind (atlas.client_check)."""
+    return (result.status == "invalid" and bool(result.reasons)
+            and all(r.startswith("client-bound:") for r in result.reasons))
+
+
 def ladder_guess(spec: SweepSpec, ladder: list[RunResult]) -> Guess | None:
     """From the config's measured load ladder: the best request rate of a valid point within the SLO (open
     loop will queue more than that, so the bracket steps by 1.5), else half the lowest measured rate."""
@@ -86,6 +92,10 @@ def search_capacity(spec: SweepSpec, cfg: RunConfig, ladder: list[RunResult],
     while (rate := search.next_rate(trials)) is not None:
         c = cfg.model_copy(update={"load": rate_point(spec, rate)})
         result = measure(PlannedRun(run_id=c.run_id(), config=c))
+        if client_bound_only(result):  # the client's delay says nothing of the server's: one more try
+            say(f"capacity {cfg.server.label()}: {rate:g} rps was client-bound ({result.reasons[0][:100]}); "
+                f"measuring it again")
+            result = measure(PlannedRun(run_id=c.run_id(), config=c))
         points.append(result)
         by_run[result.run_id] = result
         trials.append(t := trial_of(result, spec))
@@ -118,6 +128,10 @@ def search_capacity(spec: SweepSpec, cfg: RunConfig, ladder: list[RunResult],
                      f"({cap.max_measurements} rates) was spent first")
     if trials[-1].status == "failed":
         notes.append(f"the search stopped early: {'; '.join(trials[-1].why)}")
+    upper = next((t for t in trials if t.rate_rps == hi and not t.passed), None)
+    if upper is not None and any("client-bound:" in w for w in upper.why):
+        notes.append(f"at {hi:g} rps the load client fell behind (measured twice): this host's client, not the "
+                     f"server, may set the capacity's upper bound (--client-procs where cores are free)")
     return record.model_copy(update={
         "reasons": notes, "capacity_rps": lo, "upper_rps": hi, "point_run_id": at.run_id,
         "achieved_precision": None if hi is None else (hi - lo) / hi, **at_capacity(lo, at)}), points

@@ -364,3 +364,29 @@ def test_cost_at_capacity_follows_the_capacity_not_the_window():
     assert c["usd_per_m_output_tokens"] == pytest.approx(0.085 / (2.0 * 8 * 3600) * 1e6)
     assert c["usd_per_m_total_tokens"] == pytest.approx(0.085 / (2.0 * (8 + 10) * 3600) * 1e6)
     assert cost_at_capacity(2.0, p.metrics, None)["usd_per_m_output_tokens"] is None
+
+
+def test_a_client_bound_rate_is_measured_again_and_said_when_it_bounds_the_capacity():
+    """A client-bound point says nothing of the server: the rate is measured once more; a rate client-bound both
+    times counts as a miss and the record says the client may set that bound."""
+    from atlas.capacity_run import search_capacity
+
+    spec = parse_spec({**SPEC, "capacity": {"start_rps": 1.0}})
+    cfg = expand(spec, get_gpu("cpu"))[0].config
+    seen = []
+    stalls = {1.0: 1, 2.0: 9}  # 1 rps: one stall then fine; 2 rps and above: the client always falls behind
+
+    def measure(planned):
+        rate = planned.config.load.rate_rps
+        seen.append(rate)
+        r = point_result(spec, rate).model_copy(update={"run_id": planned.run_id, "config": planned.config})
+        left = stalls.get(rate, 9 if rate > 2.0 else 0)
+        if left:
+            stalls[rate] = left - 1
+            return r.model_copy(update={"status": "invalid", "reasons": ["client-bound: send lateness p99 90 ms > 10"]})
+        return r
+
+    record, points = search_capacity(spec, cfg, [], measure)
+    assert seen[:2] == [1.0, 1.0] and seen.count(2.0) == 2  # each client-bound rate measured twice
+    assert record.status == "ok" and record.capacity_rps is not None and record.capacity_rps < 2.0
+    assert record.upper_rps == 2.0 and any("load client fell behind" in n for n in record.reasons)
