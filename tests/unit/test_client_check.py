@@ -103,3 +103,13 @@ def test_client_processes_follow_the_offered_load_up_to_the_cores_less_one():
     assert auto_procs(point, job, cores=16) == 3 and auto_procs(point, job, cores=2) == 1
     point, job = _job(LoadMode.CLOSED, concurrency=4 * STREAMS_PER_PROC)
     assert auto_procs(point, job, cores=16) == 4 and auto_procs(point, job, cores=3) == 2
+
+
+def test_lateness_is_judged_at_the_highest_percentile_the_point_reports():
+    """15 requests report p50 and p90 only: one send 111 ms late (the maximum, and so the 'p99') moves neither,
+    and the point is not client-bound; two late among 15 reach p90 and it is."""
+    one = check_client(_run([0.5] * 14 + [111.0]), ttft_p50_ms=345.0, itl_p50_ms=140.0)
+    assert one.judged_quantile == 90 and one.client_bound is None and one.send_lateness_p99_ms == pytest.approx(111.0)
+    two = check_client(_run([0.5] * 13 + [111.0] * 2), ttft_p50_ms=345.0, itl_p50_ms=140.0)
+    assert two.client_bound and two.client_bound.startswith("client-bound: send lateness p90 111.0 ms > 34.5")
+    assert check_client(_run([0.5] * 100), None, None).judged_quantile == 99
