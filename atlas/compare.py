@@ -45,9 +45,11 @@ class MetricChange(BaseModel):
     verdict: Literal["regression", "improvement", "within noise", "unchanged"]
 
 
-class PointComparison(BaseModel):
+class _Judged(BaseModel):
+    """One matched thing (a point, or a config's capacity) on both sides."""
+
     model_config = ConfigDict(extra="forbid")
-    key: str  # the run id both configs hash to
+    key: str
     label: str
     old_status: str
     new_status: str
@@ -60,20 +62,12 @@ class PointComparison(BaseModel):
         return self.old_status == "ok" and self.new_status != "ok"
 
 
-class CapacityComparison(BaseModel):
-    """One server config's capacity under the SLO on both sides (atlas.compare_capacity)."""
+class PointComparison(_Judged):
+    """One configuration's point (key: the run id both configs hash to)."""
 
-    model_config = ConfigDict(extra="forbid")
-    key: str
-    label: str
-    old_status: str
-    new_status: str
-    new_reasons: list[str] = []
-    changes: list[MetricChange] = []
 
-    @property
-    def status_regressed(self) -> bool:
-        return self.old_status == "ok" and self.new_status != "ok"
+class CapacityComparison(_Judged):
+    """One server config's capacity under the SLO (key: atlas.compare_capacity.capacity_key)."""
 
 
 class Comparison(BaseModel):
