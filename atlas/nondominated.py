@@ -60,21 +60,11 @@ def _pivot_cull(x: np.ndarray) -> np.ndarray:
     if len(pivots) > MAX_PIVOTS:  # anti-correlated: the sample is mostly frontier, and so is the data
         return alive
     pivots = pivots[np.argsort(pivots @ w)]
-    cols = [np.ascontiguousarray(x[alive, j]) for j in range(x.shape[1])]
+    live = x[alive]
     for p in pivots:
-        geq = cols[0] >= p[0]
-        for j in range(1, len(cols)):
-            geq &= cols[j] >= p[j]
-        hit = np.flatnonzero(geq)
-        if len(hit) == 0:
-            continue
-        copy = np.ones(len(hit), dtype=bool)
-        for j, c in enumerate(cols):
-            copy &= c[hit] == p[j]
-        keep = np.ones(len(alive), dtype=bool)
-        keep[hit[~copy]] = False  # what it dominates; its exact copies stay
-        alive = alive[keep]
-        cols = [c[keep] for c in cols]
+        out = _culled_by(live, p)
+        if out.any():
+            alive, live = alive[~out], live[~out]
     return alive
 
 
