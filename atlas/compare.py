@@ -273,17 +273,18 @@ def compare(baseline: Path, new: Path, threshold: float = THRESHOLD) -> Comparis
         changes = [c for m in COMPARED if (c := metric_change(o, n, m, threshold)) is not None] if measured else []
         matched.append(PointComparison(key=k, label=o.label, old_status=o.status, new_status=n.status,
                                        new_reasons=n.reasons, changes=changes))
-    from atlas.compare_capacity import compare_capacities, frontier_at_capacity
+    from atlas.compare_capacity import compare_capacities, frontier_at_capacity, measured_capacities
 
     fa, fb = _frontier_keys(old_r), _frontier_keys(new_r)
     label = {**{k: r.label for k, r in a.items()}, **{k: r.label for k, r in b.items()}}
-    ca, cb = frontier_at_capacity(baseline, old_r), frontier_at_capacity(new, new_r)
+    caps_a, caps_b = measured_capacities(baseline), measured_capacities(new)
+    ca, cb = frontier_at_capacity(caps_a, old_r), frontier_at_capacity(caps_b, new_r)
     return Comparison(baseline=str(baseline), new=str(new), matched=matched,
                       only_baseline=sorted(a[k].label for k in a if k not in b),
                       only_new=sorted(b[k].label for k in b if k not in a),
                       provenance=provenance_diff(old_r, new_r),
                       frontier_entered=sorted(label[k] for k in fb - fa),
                       frontier_left=sorted(label[k] for k in fa - fb), threshold=threshold,
-                      capacities=compare_capacities(baseline, new, threshold),
+                      capacities=compare_capacities(caps_a, caps_b, threshold),
                       capacity_frontier_entered=sorted(cb[k] for k in cb.keys() - ca.keys()),
                       capacity_frontier_left=sorted(ca[k] for k in ca.keys() - cb.keys()))

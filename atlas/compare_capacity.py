@@ -39,12 +39,16 @@ def _change(metric: str, a: float, b: float, lower_better: bool, old: CapacityRe
                         test=test, verdict=verdict)  # type: ignore[arg-type]
 
 
-def compare_capacities(baseline: Path, new: Path, threshold: float) -> list[CapacityComparison]:
-    """Matched configs' capacity records (measured only); empty where either side has none."""
-    a_list, _ = load_capacities(baseline)
-    b_list, _ = load_capacities(new)
-    a = {capacity_key(c): c for c in a_list if c.source == "measured"}
-    b = {capacity_key(c): c for c in b_list if c.source == "measured"}
+def measured_capacities(folder: Path) -> list[CapacityResult]:
+    """The folder's measured capacity records (unreadable ones are left out, as `atlas frontier` does)."""
+    return [c for c in load_capacities(folder)[0] if c.source == "measured"]
+
+
+def compare_capacities(a_list: list[CapacityResult], b_list: list[CapacityResult],
+                       threshold: float) -> list[CapacityComparison]:
+    """Matched configs' capacity records; empty where either side has none."""
+    a = {capacity_key(c): c for c in a_list}
+    b = {capacity_key(c): c for c in b_list}
     out = []
     for k in (k for k in a if k in b):
         o, n = a[k], b[k]
@@ -59,12 +63,11 @@ def compare_capacities(baseline: Path, new: Path, threshold: float) -> list[Capa
     return out
 
 
-def frontier_at_capacity(folder: Path, results: list[RunResult]) -> dict[str, str]:
+def frontier_at_capacity(caps: list[CapacityResult], results: list[RunResult]) -> dict[str, str]:
     """key -> label of the configs on the frontier at capacity (the default objectives, robust)."""
     from atlas.frontier import compute_frontier, default_objectives
     from atlas.table import capacity_frame
 
-    caps = [c for c in load_capacities(folder)[0] if c.source == "measured"]
     if not caps:
         return {}
     fr = capacity_frame(caps, results)
