@@ -156,7 +156,9 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
           slo: list[str] = typer.Option([], help="TARGET<=MS, repeatable, e.g. ttft_p99_ms<=1000: replaces the "
                                                  "spec's slo (each server config's capacity is searched under it)"),
           client_procs: int = typer.Option(None, "--client-procs", min=1, max=256, help=(
-              "load client processes per point of a full sweep (default, and in a search: from each point's offered load and the cores here)"))) -> None:
+              "load client processes per point of a full sweep (default, and in a search: from each point's offered load and the cores here)")),
+          dry_run: bool = typer.Option(False, "--dry-run", help="start nothing: print every planned engine command "
+                                       "line, memory fit, skips and the estimated time, GPU-hours and $")) -> None:
     """Measure every point of a sweep (or, with --strategy/--budget/--storage, search it) and write one
     result file per point."""
     # SIGTERM unwinds like Ctrl-C, so the running engine's process group is stopped and its port freed
@@ -169,6 +171,9 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
         g = spec_gpu(s, path, gpu)
         if slo:
             s = s.model_copy(update={"slo": parse_slo(slo)})
+        if searching and dry_run:
+            raise SpecError("--dry-run plans a full sweep; a search (--strategy/--budget/--storage) chooses its "
+                            "points as it measures, so it has no plan to print")
         if searching:
             from atlas.search.settings import SearchSettings
 
@@ -188,14 +193,25 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
             _search(lambda say: run_search(s, g, results, settings, storage, study, progress=say,
                                            price_provider=prices, caps=installed_caps(s)))
             return
+        from atlas.cli_dryrun import print_dry_run, sweep_estimate
+        from atlas.estimate import actual_vs_estimate
         from atlas.sweep import Sweeper, SweepEvent
 
-        guess = None
+        guess, artifact = None, None
         if simulator is not None:
             from atlas.simulator.capacity import simulator_guess
             from atlas.simulator.fit import load as load_artifact
 
-            guess = simulator_guess(load_artifact(simulator), s, prices)
+            artifact = load_artifact(simulator)
+            guess = simulator_guess(artifact, s, prices)
+        caps = installed_caps(s)
+        if dry_run:
+            preflight(s, g, prices, model_files=False)
+            items = expand(s, g, caps)
+            print_dry_run(console, s, g, items, sweep_estimate(s, g, items, results, artifact, prices, resume))
+            return
+        est = sweep_estimate(s, g, expand(s, g, caps), results, artifact, prices, resume)
+        console.print(est.line(), highlight=False)
         with _progress_bar(s.name) as bar:
             task = bar.add_task(s.name, total=None, current="")
 
@@ -210,7 +226,7 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
                     bar.console.print(f"  [{style}]{e.status}[/] {escape(e.message)}", highlight=False)
 
             report = Sweeper(s, g, results, resume=resume, progress=on_event, price_provider=prices,
-                             caps=installed_caps(s), capacity_guess=guess, client_procs=client_procs).run()
+                             caps=caps, capacity_guess=guess, client_procs=client_procs).run()
     except USER_ERRORS as e:
         _fail(e)
     except KeyboardInterrupt:
@@ -218,6 +234,7 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
         raise typer.Exit(130) from None
     counts = ", ".join(f"{k} {v}" for k, v in sorted(report.counts().items()))
     console.print(f"{len(report.results)} points in {report.wall_s:.0f} s ({counts}) -> {report.results_dir}")
+    console.print(f"the sweep {actual_vs_estimate(est, report.wall_s)}", highlight=False)
     if report.capacities:
         found = sum(c.capacity_rps is not None for c in report.capacities)
         console.print(f"capacity under the SLO found for {found} of {len(report.capacities)} server configs "

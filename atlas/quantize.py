@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
@@ -151,6 +153,20 @@ def read_provenance(checkpoint: str) -> dict[str, Any] | None:
         return None
 
 
+_HUB = {"download": True}
+
+
+@contextmanager
+def cache_only() -> Iterator[None]:
+    """Within it, a hub checkpoint's files are read from the local Hugging Face cache only (a plan that must not
+    wait on the network: `atlas sweep --dry-run`)."""
+    before, _HUB["download"] = _HUB["download"], False
+    try:
+        yield
+    finally:
+        _HUB["download"] = before
+
+
 def _checkpoint_file(checkpoint: str, name: str) -> Path | None:
     """A file of a checkpoint: from a local folder, else (a hub id) from the Hugging Face cache or the hub."""
     local = Path(checkpoint).expanduser()
@@ -160,7 +176,9 @@ def _checkpoint_file(checkpoint: str, name: str) -> Path | None:
         from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
         cached = try_to_load_from_cache(checkpoint, name)
-        return Path(cached) if isinstance(cached, str) else Path(hf_hub_download(checkpoint, name))
+        if isinstance(cached, str):
+            return Path(cached)
+        return Path(hf_hub_download(checkpoint, name)) if _HUB["download"] else None
     except Exception:  # no huggingface_hub, offline, not a repo id, no such repo or file: the caller says so
         return None
 

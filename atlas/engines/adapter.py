@@ -26,6 +26,11 @@ class ModelSource(Protocol):
         Raises ModelUnavailable (with the reason) when it cannot be had."""
         ...
 
+    def planned(self, server: Any) -> tuple[str, str | None]:
+        """What `resolve` would serve, found without preparing anything (for `atlas sweep --dry-run`), and what
+        would have to be made first (None: nothing). Raises ModelUnavailable like `resolve`."""
+        ...
+
 
 class EngineAdapter(Protocol):
     # (read-only properties, so an adapter may declare them as plain class attributes of narrower types)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from atlas.engines.adapter import ModelUnavailable
 from atlas.engines.embedded import sha256_file
-from atlas.engines.llamacpp.gguf import GgufError, source_gguf, variant
+from atlas.engines.llamacpp.gguf import GgufError, source_gguf, variant, variants_dir
 from atlas.engines.llamacpp.knobs import LlamaCppKnobs
 
 if TYPE_CHECKING:
@@ -38,3 +38,20 @@ class GgufSource:
         except GgufError as e:
             raise ModelUnavailable(str(e)) from None
         return str(path), {**src_prov, "source_sha256": src_sha, "variant": prov}
+
+    def planned(self, server: LlamaCppKnobs) -> tuple[str, str | None]:
+        q = server.quantization
+        given = self.spec.model.checkpoints.get(q.value)
+        try:
+            if given:
+                if not Path(given).expanduser().is_file():
+                    raise GgufError(f"model.checkpoints.{q.value}: {given}: no such GGUF file")
+                return str(Path(given).expanduser()), None
+            if self._source is None:
+                src, src_prov = source_gguf(self.spec.model)
+                self._source = (src, src_prov, sha256_file(src))
+            src, _, src_sha = self._source
+        except GgufError as e:
+            raise ModelUnavailable(str(e)) from None
+        dest = variants_dir(src, src_sha) / f"{q.value}.gguf"
+        return str(dest), None if dest.is_file() else f"GGUF {q.value} made from {src.name} (once, then cached)"

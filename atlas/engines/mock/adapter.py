@@ -22,6 +22,9 @@ class _NoFiles:
     def resolve(self, server: Any) -> tuple[str, dict[str, Any]]:
         return "", {"mock": "no model files: the mock server answers from the eval sets"}
 
+    def planned(self, server: Any) -> tuple[str, str | None]:
+        return "", None
+
 
 class MockAdapter:
     kind = "mock"

@@ -34,6 +34,9 @@ class SglangModelSource:
                                    "embedded CPU model")
         return m.path or "", {"revision": m.revision} if m.revision else {}
 
+    def planned(self, server: Any) -> tuple[str, str | None]:
+        return self.resolve(server)[0], None  # names only: nothing is read or made
+
 
 class SglangAdapter:
     kind = "sglang"

@@ -59,3 +59,11 @@ class VllmModelSource:
             return (ckpt, {"checkpoint": ckpt, "quantization": read_provenance(ckpt)})
         except CheckpointError as e:
             raise ModelUnavailable(str(e)) from None
+
+    def planned(self, server: VllmKnobs) -> tuple[str, str | None]:
+        if self.spec.model.source == "embedded" and not scales_checkpoint(self.spec, server):
+            from atlas.engines.embedded import prepared_model_dir, read_marker
+
+            folder = prepared_model_dir()
+            return str(folder), None if read_marker(folder) else "the embedded GGUF converted to this folder (~1 min)"
+        return self.resolve(server)[0], None  # names, and a checkpoint's config.json read: nothing is made
