@@ -207,10 +207,10 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
         caps = installed_caps(s)
         if dry_run:
             preflight(s, g, prices, model_files=False)
-            items = expand(s, g, caps)
+        items = expand(s, g, caps)  # a spec that cannot be planned fails here, in one line
+        if dry_run:
             print_dry_run(console, s, g, items, sweep_estimate(s, g, items, results, artifact, prices, resume))
             return
-        items = expand(s, g, caps)  # a spec that cannot be planned fails here, in one line
         try:
             est = sweep_estimate(s, g, items, results, artifact, prices, resume)
             console.print(est.line(), highlight=False)

@@ -249,8 +249,7 @@ def estimate(spec: SweepSpec, gpu: GpuSpec, items: list[PlannedRun | SkippedRun]
         price, source = price_usd_per_hour(gpu.key, price_provider or spec.price_provider)
     except HardwareError as e:
         price, source = None, str(e)
-    gpus = max([getattr(s, "tensor_parallel_size", 1) or 1 for c in groups.values() for s in [c[0].server]] or [1])
-    return SweepEstimate(servers=servers, gpu=gpu.key, gpus_per_server=gpus, usd_per_gpu_hour=price,
+    return SweepEstimate(servers=servers, gpu=gpu.key, gpus_per_server=1, usd_per_gpu_hour=price,  # one engine, one GPU
                          price_source=source, assumptions=assumptions, unestimated=unestimated)
 
 
