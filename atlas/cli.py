@@ -130,6 +130,19 @@ def _progress_bar(name: str):  # type: ignore[no-untyped-def]
     return Progress(*columns, console=console, transient=False)
 
 
+def _endpoint_spec(s: SweepSpec, endpoint: str | None, model: str | None, engine: str | None) -> SweepSpec:
+    from atlas.endpoint import with_endpoint
+
+    if endpoint is None:
+        raise SpecError("--model names the model of an --endpoint; without one the spec's model is served")
+    if engine is not None:
+        raise SpecError("--engine and --endpoint exclude each other: the endpoint's engine is its owner's")
+    s, notes = with_endpoint(s, endpoint, model)
+    for n in notes:
+        console.print(n, highlight=False, markup=False)
+    return s
+
+
 @app.command()
 def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embedded default for --gpu cpu"),
           gpu: str = typer.Option(None, help="cpu, l4, a100-40, a100-80, h100, h100-pcie, h200 (default: the "
@@ -158,7 +171,11 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
           client_procs: int = typer.Option(None, "--client-procs", min=1, max=256, help=(
               "load client processes per point of a full sweep (default, and in a search: from each point's offered load and the cores here)")),
           dry_run: bool = typer.Option(False, "--dry-run", help="start nothing: print every planned engine command "
-                                       "line, memory fit, skips and the estimated time, GPU-hours and $")) -> None:
+                                       "line, memory fit, skips and the estimated time, GPU-hours and $"),
+          endpoint: str = typer.Option(None, help="measure a server someone else deployed (http://host:port): the "
+                                                  "spec's load, workloads, SLO and quality; no server knobs swept"),
+          model: str = typer.Option(None, help="with --endpoint: the model name to request (default: the one "
+                                               "model its /v1/models lists)")) -> None:
     """Measure every point of a sweep (or, with --strategy/--budget/--storage, search it) and write one
     result file per point."""
     # SIGTERM unwinds like Ctrl-C, so the running engine's process group is stopped and its port freed
@@ -169,6 +186,8 @@ def sweep(spec: Path = typer.Argument(None, help="sweep YAML; default: the embed
         path = spec or default_spec(gpu or "cpu", engine)
         s = load_spec(path, **({"gpu": gpu} if gpu else {}), **({"engine": engine} if engine else {}))
         g = spec_gpu(s, path, gpu)
+        if endpoint is not None or model is not None:
+            s = _endpoint_spec(s, endpoint, model, engine)
         if slo:
             s = s.model_copy(update={"slo": parse_slo(slo)})
         if searching and dry_run:

@@ -43,9 +43,7 @@ class ModelSpec(LateFields):
     _late_fields: ClassVar[tuple[str, ...]] = ("sha256", "kv_scales")
 
     @model_validator(mode="after")
-    def _path_given(self) -> ModelSpec:
-        if self.source != "embedded" and not self.path:
-            raise ValueError(f"model.path is required when model.source is {self.source!r}")
+    def _formats_known(self) -> ModelSpec:
         for field, keys, allowed in (
                 ("checkpoints", self.checkpoints, {k: a.weight_formats for k, a in ADAPTERS.items()}),
                 ("kv_scales", self.kv_scales or {}, {k: a.kv_scale_formats for k, a in ADAPTERS.items()})):
@@ -208,6 +206,9 @@ class SweepSpec(Frozen):
     startup_timeout_s: float = Field(900.0, gt=0, le=MAX_SECONDS)
     engine_env: dict[str, str] = {}
     extra_engine_args: list[str] = []
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$", description=(
+        "external endpoints: the environment variable that holds their API key (sent as a bearer token; the key "
+        "itself is never written)"))
 
     @model_validator(mode="before")
     @classmethod
@@ -236,6 +237,8 @@ class SweepSpec(Frozen):
     def _load_fits_the_model(self) -> SweepSpec:
         if not self.grids():
             raise ValueError("grid: needs at least one grid")
+        if self.model.source != "embedded" and not self.model.path and self.engines() != ["external"]:
+            raise ValueError(f"model.path is required when model.source is {self.model.source!r}")
         need = self.load.prompt_tokens + self.load.output_tokens
         if self.load.workload is None and need > self.model.max_model_len:
             raise ValueError(f"load: prompt_tokens + output_tokens = {need} exceeds model.max_model_len "

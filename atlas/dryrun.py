@@ -42,6 +42,8 @@ class ServerPlan:
 def memory_fit(spec: SweepSpec, gpu: GpuSpec, server: ServerKnobs) -> MemoryFit:
     """Weights, the KV cache left beside them (the simulator's model of vLLM's allocation) and how many
     max-length sequences it holds, against the server's max_num_seqs."""
+    if server.engine == "external":
+        return MemoryFit("the endpoint's own deployment: not Atlas's to fit or screen")
     if gpu.is_cpu:
         space = spec.engine_env.get("VLLM_CPU_KVCACHE_SPACE")
         return MemoryFit("CPU: KV space is the engine's setting"

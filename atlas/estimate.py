@@ -18,7 +18,8 @@ from atlas.simulator.features import Efficiencies, SimulatorError, kv_capacity_t
 
 # Assumed when nothing measured says otherwise (each printed with the estimate it shaped).
 ASSUMED_STARTUP_S = {("vllm", False): 120.0, ("vllm", True): 45.0, ("sglang", False): 120.0,
-                     ("llamacpp", False): 15.0, ("llamacpp", True): 5.0, ("mock", True): 2.0, ("mock", False): 2.0}
+                     ("llamacpp", False): 15.0, ("llamacpp", True): 5.0, ("mock", True): 2.0, ("mock", False): 2.0,
+                     ("external", True): 1.0, ("external", False): 1.0}  # an endpoint is only checked
 ASSUMED_EFFICIENCY = {False: Efficiencies(overhead_s=0.004, bw_eff=0.6, compute_eff=0.4, sample_s=2e-5),
                       True: Efficiencies(overhead_s=0.010, bw_eff=0.3, compute_eff=0.3, sample_s=1e-3)}
 EVAL_CHARS_PER_TOKEN = 4.0  # an eval prompt's length in tokens, from its characters (no tokenizer without an engine)

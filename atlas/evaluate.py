@@ -26,10 +26,11 @@ async def _chat(session: aiohttp.ClientSession, url: str, model: str, prompt: st
 
 
 async def generate_async(base_url: str, model: str, sets: dict[str, list[EvalItem]], max_tokens: int,
-                         concurrency: int, timeout_s: float = 900.0) -> dict[str, list[str]]:
+                         concurrency: int, timeout_s: float = 900.0,
+                         headers: dict[str, str] | None = None) -> dict[str, list[str]]:
     url = base_url.rstrip("/") + "/v1/chat/completions"
     gate = asyncio.Semaphore(max(1, concurrency))
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers) as session:
         out = {}
         for name, items in sets.items():
             out[name] = list(await asyncio.gather(*(_chat(session, url, model, prompt_for(it), max_tokens, gate)
@@ -38,9 +39,9 @@ async def generate_async(base_url: str, model: str, sets: dict[str, list[EvalIte
 
 
 def generate(base_url: str, model: str, sets: dict[str, list[EvalItem]], max_tokens: int,
-             concurrency: int) -> dict[str, list[str]]:
+             concurrency: int, headers: dict[str, str] | None = None) -> dict[str, list[str]]:
     try:
-        return asyncio.run(generate_async(base_url, model, sets, max_tokens, concurrency))
+        return asyncio.run(generate_async(base_url, model, sets, max_tokens, concurrency, headers=headers))
     except aiohttp.ClientError as e:
         raise QualityError(f"eval requests failed: {type(e).__name__}: {e}") from None
 

@@ -229,12 +229,14 @@ def fixed_plan(prompts: list[str], point: LoadPoint, counted: bool = True,
 
 async def run_load(base_url: str, model: str, point: LoadPoint, *, seed_offset: int = 0,
                    fresh_connections: bool = False, prompts: list[str] | None = None,
-                   plan: RequestPlan | None = None, procs: int | None = None) -> LoadRun:
+                   plan: RequestPlan | None = None, procs: int | None = None,
+                   headers: dict[str, str] | None = None) -> LoadRun:
     """Drive one load point against an OpenAI-compatible /v1/completions endpoint. `fresh_connections`:
     one TCP connection per request, for servers that close kept-alive connections (llama-server).
     `plan`: the requests to send (atlas.workloads.requests); else `prompts` (one per request, the point's
     fixed lengths), else seeded word prompts. `procs`: client processes (None: chosen from the offered load and
-    the cores here, atlas.loadgen_procs); each sends its deterministic share of the schedule on one clock."""
+    the cores here, atlas.loadgen_procs); each sends its deterministic share of the schedule on one clock.
+    `headers`: sent with every request (an endpoint's Authorization; held in memory only)."""
     from atlas.loadgen_procs import auto_procs, run_shares
 
     n = requests_of(point)
@@ -248,7 +250,7 @@ async def run_load(base_url: str, model: str, point: LoadPoint, *, seed_offset: 
     k = procs if procs is not None else auto_procs(point, job)
     shares = job.partition(k)
     started = time.time()
-    done = await run_shares(base_url, model, point, shares, fresh_connections)
+    done = await run_shares(base_url, model, point, shares, fresh_connections, headers)
     records = sorted((r for d in done for r in d.records), key=lambda r: r.index)
     drains = [d.drain_s for d in done if d.drain_s is not None]
     return LoadRun(point=point, records=records, started_at_unix=started, wall_s=max(d.wall_s for d in done),
@@ -334,7 +336,7 @@ class ShareDone:
 
 
 async def run_share(base_url: str, model: str, point: LoadPoint, share: Share, fresh_connections: bool,
-                    t0: float) -> ShareDone:
+                    t0: float, headers: dict[str, str] | None = None) -> ShareDone:
     """Sends one share, its clock starting at `t0` (time.perf_counter(), one clock for every process)."""
     def clock() -> float:
         return time.perf_counter() - t0
@@ -350,7 +352,7 @@ async def run_share(base_url: str, model: str, point: LoadPoint, share: Share, f
     gate: AbstractAsyncContextManager[object] = (asyncio.Semaphore(share.max_in_flight) if share.max_in_flight
                                                  else contextlib.nullcontext())
     drain = None
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers) as session:
         client = _Client(session, url, model, point, clock)
         if share.mode == "closed":
             assert share.concurrency is not None

@@ -58,12 +58,14 @@ def auto_procs(point: LoadPoint, job: Job, cores: int | None = None) -> int:
 
 
 async def run_shares(base_url: str, model: str, point: LoadPoint, shares: list[Share],
-                     fresh_connections: bool) -> list[ShareDone]:
-    """Each share sent by its own client process (the first here when there is only one)."""
+                     fresh_connections: bool, headers: dict[str, str] | None = None) -> list[ShareDone]:
+    """Each share sent by its own client process (the first here when there is only one); `headers` reach the
+    children through their pipes, never through a file or their command lines."""
     from atlas.loadgen import run_share
 
     if len(shares) == 1:
-        return [await run_share(base_url, model, point, shares[0], fresh_connections, time.perf_counter())]
+        return [await run_share(base_url, model, point, shares[0], fresh_connections, time.perf_counter(),
+                                 headers)]
     ctx = mp.get_context("spawn")  # not fork: the caller may hold threads (samplers, engine log readers)
     procs: list[Any] = []
     conns: list[Connection] = []
@@ -73,7 +75,7 @@ async def run_shares(base_url: str, model: str, point: LoadPoint, shares: list[S
             p = ctx.Process(target=_client_process, args=(child,), daemon=True, name="atlas-load-client")
             p.start()
             child.close()
-            parent.send((base_url, model, point, share, fresh_connections))
+            parent.send((base_url, model, point, share, fresh_connections, headers))
             procs.append(p)
             conns.append(parent)
         for k, c in enumerate(conns):
@@ -113,10 +115,10 @@ def _client_process(conn: Connection) -> None:
     try:
         from atlas.loadgen import run_share, run_sync
 
-        base_url, model, point, share, fresh = conn.recv()
+        base_url, model, point, share, fresh, headers = conn.recv()
         conn.send(("ready", None))
         t0 = conn.recv()
-        conn.send(("done", run_sync(run_share(base_url, model, point, share, fresh, t0))))
+        conn.send(("done", run_sync(run_share(base_url, model, point, share, fresh, t0, headers))))
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which fails the point with it
         try:
             conn.send(("error", f"{type(e).__name__}: {e}"))

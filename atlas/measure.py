@@ -26,6 +26,7 @@ from atlas.point_checks import (
     extension_factor,
     pooled_summary,
     served_check,
+    shared_check,
 )
 from atlas.provenance import now_iso
 from atlas.quality import QualityResult
@@ -63,6 +64,9 @@ class _Driven:
     energy: EnergyResult
     workload: WorkloadInfo
     reuse: PrefixReuse
+
+
+NOT_HERE = "an external endpoint: its GPU is not on this host, so no energy is measured"
 
 
 class PointMeasurer:
@@ -112,6 +116,12 @@ class PointMeasurer:
             status, reasons = "invalid", [why_not, *reasons]
         elif why_not:
             metrics = metrics.model_copy(update={"warnings": [*metrics.warnings, why_not]})
+        if not engine.started_by_atlas:  # someone else's endpoint may serve other clients during the point
+            shared, others = shared_check(engine.served_tokens_metric, d.before, d.after, runs)
+            if shared and others:
+                status, reasons = "invalid", [others, *reasons]
+            elif others:
+                metrics = metrics.model_copy(update={"warnings": [*metrics.warnings, others]})
         qres = quality if isinstance(quality, QualityResult) else None
         if isinstance(quality, str):
             status, reasons = "quality_failed", [quality, *reasons]
@@ -143,6 +153,8 @@ class PointMeasurer:
         plans, fit_warnings = self._plans_for(engine, cfg, load)
         reset = engine.reset_prefix_cache()
         meter, no_energy = self._energy_meter()
+        if not engine.started_by_atlas:
+            meter, no_energy = None, NOT_HERE
         before = engine.scrape_metrics()
         sampler = MetricsSampler(engine)
         sampler.start()
@@ -154,13 +166,14 @@ class PointMeasurer:
             for k in range(load.repeats):
                 runs.append(run_sync(run_load(engine.base_url, engine.served_model, load, seed_offset=k,
                                               fresh_connections=engine.fresh_connections,
-                                              plan=plans[k], procs=self.client_procs)))
+                                              plan=plans[k], procs=self.client_procs,
+                                              headers=engine.request_headers)))
         finally:
             server_metrics = sampler.result()
             samples = joules.finish() if joules is not None else []
         after = engine.scrape_metrics()
         server_metrics.update(counter_deltas(before, after))
-        energy = (energy_of(samples, runs, meter.source, joules.error) if joules is not None
+        energy = (energy_of(samples, runs, meter.source, joules.error) if joules is not None and meter is not None
                   else EnergyResult(reason=no_energy))
         reuse = prefix_reuse(server_metrics, runs, plans[0].structural_reuse())
         if mismatch := prompt_mismatch(plans, runs):

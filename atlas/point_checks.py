@@ -57,6 +57,28 @@ def served_check(metric: str | None, before: dict[str, float], after: dict[str, 
     return True, None
 
 
+SHARED_SLACK = (1.2, 64)  # generated tokens above 1.2 x received + 64: others' requests were served meanwhile
+
+
+def shared_check(metric: str | None, before: dict[str, float], after: dict[str, float],
+                 runs: list[LoadRun]) -> tuple[bool, str | None]:
+    """For an endpoint Atlas did not start: (True, reason) when its counter of generated tokens rose well beyond
+    what this point received (other clients shared it, so the latencies are not this load's), (False, why it
+    cannot tell) without a readable counter, (False, None) when the point had it to itself."""
+    received = sum(r.output_tokens for run in runs for r in run.records)
+    if not metric:
+        return False, ("the endpoint exposes no generated-token counter: other clients sharing it during this "
+                       "point are not ruled out")
+    if metric not in before or metric not in after:
+        return False, f"the endpoint's {metric} could not be read: other clients sharing it are not ruled out"
+    generated = after[metric] - before[metric]
+    factor, slack = SHARED_SLACK
+    if generated > factor * received + slack:
+        return True, (f"other clients shared the endpoint during this point: its {metric} rose by {generated:.0f} "
+                      f"while this point received {received} tokens, so its latencies are not this load's")
+    return False, None
+
+
 REPEAT_METRICS = ("output_tok_s", "requests_s", "ttft_p50_ms", "tpot_p50_ms", "e2e_p50_ms")
 
 

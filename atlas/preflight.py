@@ -5,6 +5,7 @@ the first point, say) fails here instead, with one line naming what is missing."
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 from atlas.config import SpecError, SweepSpec
@@ -23,6 +24,12 @@ def preflight(spec: SweepSpec, gpu: GpuSpec, price_provider: str | None = None, 
     `model_files`: also the local model files the spec names (not for engines that serve no model files)."""
     price_usd_per_hour(gpu.key, price_provider or spec.price_provider)
     q = spec.quality
+    if "external" in spec.engines() and spec.api_key_env:
+        if not os.environ.get(spec.api_key_env):
+            raise SpecError(f"api_key_env: the environment variable {spec.api_key_env} is not set (or empty) here")
+        if q.enabled and (lm := [n for n in q.sets if is_lm_eval(n)]):
+            raise SpecError(f"quality.sets: {', '.join(lm)} cannot send the endpoint's API key (lm-eval reads its "
+                            "own); use Atlas's eval sets or a jsonl set against a keyed endpoint")
     if q.enabled:
         for name in [*q.sets, *q.jsonl]:
             if is_lm_eval(name):

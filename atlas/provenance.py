@@ -9,7 +9,7 @@ from importlib import metadata
 from pathlib import Path
 
 from atlas import __version__
-from atlas.hardware import cpu_model_name, nvidia_gpu_details
+from atlas.hardware import GpuSpec, cpu_model_name, nvidia_gpu_details
 from atlas.probe import HardwareProbe
 from atlas.results import Provenance
 
@@ -39,6 +39,16 @@ def base_provenance(model_id: str, model_path: str | None, model_files: dict, en
                       model_path=model_path, model_files=model_files, host_cpu=cpu_model_name(),
                       host_gpus=[str(g["name"]) for g in gpus], gpu_details=gpus, torch_version=_torch(),
                       python=platform.python_version(), started_at=now_iso(), hardware_probe=probe)
+
+
+def endpoint_provenance(prov: Provenance, gpu: GpuSpec) -> Provenance:
+    """An external endpoint's provenance: the version it reports as the engine's, the GPU as the user stated it
+    (Atlas cannot see the endpoint's hardware; the host_* fields are the load client's machine)."""
+    version = (prov.engine.get("version") or {}).get("version")
+    engine = {**prov.engine, "gpu": f"{gpu.key} as stated with --gpu; not verified (the endpoint's hardware is not "
+                                    "visible to Atlas)"}
+    return prov.model_copy(update={"engine": engine, "hardware_probe": None,
+                                   "engine_version": f"external ({version})" if version else "external (unreported)"})
 
 
 def _torch() -> str | None:

@@ -26,7 +26,7 @@ from atlas.plan import PlannedRun, RunConfig, SkippedRun, expand
 from atlas.preflight import preflight
 from atlas.probe import HardwareProbe
 from atlas.probe import measure as measure_probe
-from atlas.provenance import base_provenance, git_sha, now_iso
+from atlas.provenance import base_provenance, endpoint_provenance, git_sha, now_iso
 from atlas.quality import (
     QualityError,
     QualityResult,
@@ -131,7 +131,7 @@ class Sweeper:
     # ---------------------------------------------------------------------------------------------------
     def prepare(self) -> list[PlannedRun | SkippedRun]:
         """Checks the hardware, expands the spec and writes the spec beside the results; no engine starts."""
-        if self.check_hardware:
+        if self.check_hardware and self.spec.engines() != ["external"]:  # an endpoint's GPU is not here
             check_gpu_present(self.gpu)
             self.probe = measure_probe(self.gpu)
             if self.probe is not None:
@@ -297,11 +297,13 @@ class Sweeper:
         except ModelUnavailable as e:
             prov = base_provenance(self.spec.model.id, "", {}, engine_version, self._sha, self.probe)
             return _Refusal(f"model weights not available: {e}", [], prov)
-        prov = base_provenance(self.spec.model.id, model_path, model_files, engine_version, self._sha, self.probe)
+        prov = base_provenance(self.spec.model.id, model_path, model_files, engine_version, self._sha,
+                               self.probe if server.engine != "external" else None)
         if key in self.refused_keys:
             label, reason, tail = self.refused_keys[key]
             return _Refusal(f"{reason} (refused at start-up for {label}; same dtype/weights/KV cache)", tail, prov)
-        self._emit("server", f"starting engine: {server.label()}")
+        self._emit("server", f"{'checking endpoint' if server.engine == 'external' else 'starting engine'}: "
+                             f"{server.label()}")
         log_path = self.store.dir / "logs" / f"{cfg.server_key()}.log"
         try:
             engine = self.engine_factory(self.spec, self.gpu, cfg, model_path, log_path)
@@ -312,6 +314,8 @@ class Sweeper:
             return _Refusal(f"engine failed to start: {e.reason}", e.log_tail, prov)
         try:
             prov.engine = engine.provenance()
+            if not engine.started_by_atlas:
+                prov = endpoint_provenance(prov, self.gpu)
             quality = self._quality(engine, server, model_path)
         except BaseException:
             engine.stop()
@@ -348,7 +352,7 @@ class Sweeper:
             names = [*q.sets, *q.jsonl]
             sets = {n: load_set(n)[: q.max_items_per_set] for n in names if not is_lm_eval(n)}
             outputs = generate(engine.base_url, engine.served_model, sets, q.max_tokens,
-                               concurrency=min(server.slots, 16))
+                               concurrency=min(server.slots, 16), headers=engine.request_headers)
             outcomes, scores = score_outputs(sets, outputs)
             for n in filter(is_lm_eval, names):
                 scores[n] = run_task(n, engine.base_url, engine.served_model, model_path or None,

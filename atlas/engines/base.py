@@ -28,6 +28,10 @@ class Engine(Protocol):
     def fresh_connections(self) -> bool: ...  # one TCP connection per request (servers that close kept-alive ones)
     @property
     def served_tokens_metric(self) -> str | None: ...  # the /metrics counter of generated tokens
+    @property
+    def started_by_atlas(self) -> bool: ...  # False: an endpoint someone else runs (no energy, traffic checked)
+    @property
+    def request_headers(self) -> dict[str, str]: ...  # sent with every request (an endpoint's API key)
 
     @property
     def base_url(self) -> str: ...

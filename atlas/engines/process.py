@@ -42,6 +42,7 @@ class ProcessEngine:
     name = "process"
     served_tokens_metric: str | None = None  # a /metrics counter of generated tokens: what the engine served
     scraped: tuple[str, ...] = ()  # the /metrics names sampled while load runs
+    started_by_atlas = True
     fresh_connections = False  # one TCP connection per request (for servers that close kept-alive ones)
     stop_grace_s = 20.0  # SIGTERM, then SIGKILL for what is still running after this
 
@@ -63,6 +64,11 @@ class ProcessEngine:
         self.proc: subprocess.Popen[bytes] | None = None
         self._guard: subprocess.Popen[bytes] | None = None
         self.ready_s: float | None = None
+
+    @property
+    def request_headers(self) -> dict[str, str]:
+        """Sent with every request to this engine (none: an engine Atlas starts needs no key)."""
+        return {}
 
     @property
     def base_url(self) -> str:
@@ -152,7 +158,8 @@ class ProcessEngine:
         body = json.dumps({"model": self.served_model, "prompt": "Hello", "max_tokens": 1,
                            "temperature": 0}).encode()
         req = urllib.request.Request(self.base_url + "/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json", "X-Atlas-Probe": "1"})
+                                     headers={"Content-Type": "application/json", "X-Atlas-Probe": "1",
+                                              **self.request_headers})
         try:
             with urllib.request.urlopen(req, timeout=30) as r:
                 return r.status == 200 and bool(json.loads(r.read()).get("choices"))
@@ -222,7 +229,7 @@ class ProcessEngine:
             return []
 
     def _get(self, path: str, method: str = "GET") -> str | None:
-        req = urllib.request.Request(self.base_url + path, method=method)
+        req = urllib.request.Request(self.base_url + path, method=method, headers=self.request_headers)
         try:
             with urllib.request.urlopen(req, timeout=10) as r:
                 return r.read().decode(errors="replace")
@@ -231,7 +238,7 @@ class ProcessEngine:
 
     def _post_json(self, path: str, body: dict) -> dict | None:  # type: ignore[type-arg]
         req = urllib.request.Request(self.base_url + path, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", **self.request_headers})
         try:
             with urllib.request.urlopen(req, timeout=30) as r:
                 answer = json.loads(r.read())

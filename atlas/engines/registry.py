@@ -16,6 +16,7 @@ ADAPTER_MODULES = (
     "atlas.engines.llamacpp",
     "atlas.engines.mock",
     "atlas.engines.sglang",
+    "atlas.engines.external",
 )
 
 DEFAULT_ENGINE = "vllm"  # the engine of a spec (and of its grids) that names none

@@ -4,6 +4,7 @@ vLLM; and a factory mapping server knobs to mock behaviours for those tests. The
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import asdict, fields, replace
 from pathlib import Path
@@ -36,8 +37,15 @@ class MockEngine(VllmApi):
 
     def __init__(self, opts: MockOptions, log_path: Path, port: int | None = None, startup_timeout_s: float = 30):
         opts = replace(opts, model=launch_name(opts.model))
+        self.key_env = opts.api_key_env
         super().__init__(lambda p: mock_argv(opts, p), served_name=opts.model, host="127.0.0.1", port=port,
                          log_path=log_path, startup_timeout_s=startup_timeout_s)
+
+    @property
+    def request_headers(self) -> dict[str, str]:
+        """A mock that wants a key (`api_key_env`) gets it from its launcher too, as `vllm serve --api-key` would."""
+        key = os.environ.get(self.key_env, "") if self.key_env else ""
+        return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def mock_factory(options_for: Any) -> Any:

@@ -24,6 +24,7 @@ import os
 import random
 import time
 from dataclasses import dataclass, fields
+from typing import Any
 
 from aiohttp import web
 
@@ -52,6 +53,8 @@ class MockOptions:
     prefix_cache: bool = False
     block_tokens: int = 16
     prefill_ms_per_token: float = 0.0  # added to the TTFT per prompt token not found in the prefix cache
+    api_key_env: str = ""  # the /v1 routes and /tokenize want "Bearer <this variable's value>", as `vllm --api-key`
+    version: str = ""  # what /version reports ("": no /version, as llama-server has none)
 
 
 class MockServer:
@@ -78,7 +81,9 @@ class MockServer:
             pass
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[self._auth] if self.opts.api_key_env else [])
+        if self.opts.version:
+            app.router.add_get("/version", self.version)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/v1/models", self.models)
@@ -86,6 +91,17 @@ class MockServer:
         app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
         app.router.add_post("/tokenize", self.tokenize)
         return app
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        key = os.environ.get(self.opts.api_key_env, "")
+        guarded = request.path.startswith("/v1") or request.path == "/tokenize"
+        if guarded and (not key or request.headers.get("Authorization") != f"Bearer {key}"):
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)  # type: ignore[no-any-return]
+
+    async def version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": self.opts.version})
 
     async def tokenize(self, request: web.Request) -> web.Response:
         """vLLM's /tokenize shape; the mock's tokenizer is one token per whitespace-separated word."""
@@ -118,7 +134,8 @@ class MockServer:
         return hit
 
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"data": [{"id": self.opts.model}]})
+        return web.json_response({"data": [{"id": self.opts.model, "root": self.opts.model, "max_model_len": 4096,
+                                            "owned_by": "atlas-mock"}]})
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(text=f"vllm:num_requests_running {self.running}\nvllm:num_preemptions_total 0\n"
