@@ -245,6 +245,27 @@ class SweepSpec(Frozen):
                              f"{self.model.max_model_len}")
         return self
 
+    @model_validator(mode="after")
+    def _grids_make_servers(self) -> SweepSpec:
+        """Every server config of every grid is a valid one of its engine (a knob validator that crosses fields
+        or rejects a default, e.g. an external grid without its url, fails here and not at plan time)."""
+        import itertools
+        import math
+
+        for engine, g in self.grids():
+            knobs = ADAPTERS[engine].knobs
+            names = knobs.knob_names()
+            lists = [getattr(g, n) for n in names]
+            combos = itertools.product(*lists) if math.prod(map(len, lists)) <= 5000 else [[v[0] for v in lists]]
+            for combo in combos:
+                try:
+                    knobs(engine=engine, **dict(zip(names, combo, strict=True)))
+                except ValidationError as e:
+                    first = e.errors()[0]
+                    where = ".".join(str(x) for x in first["loc"])
+                    raise ValueError(f"grid.{where}: {first['msg'].removeprefix('Value error, ')}") from None
+        return self
+
     def capacity_on(self) -> bool:
         """Whether the sweep searches each server config's capacity under the SLO."""
         return (self.slo is not None and not self.slo.is_empty() and self.capacity.enabled is not False

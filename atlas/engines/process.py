@@ -163,6 +163,12 @@ class ProcessEngine:
         try:
             with urllib.request.urlopen(req, timeout=30) as r:
                 return r.status == 200 and bool(json.loads(r.read()).get("choices"))
+        except urllib.error.HTTPError as e:
+            if e.code in (401, 403):  # it would refuse every request of the sweep: fail now, not at the timeout
+                raise EngineError(f"{self.name} answers HTTP {e.code} without an API key (an --api-key in "
+                                  "extra_engine_args?): an engine Atlas starts is measured without one",
+                                  self.log_tail(60)) from None
+            return False
         except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError, OSError):
             return False
 

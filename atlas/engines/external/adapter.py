@@ -33,7 +33,7 @@ class ExternalAdapter:
     kv_scale_formats: frozenset[str] = frozenset()
 
     def version(self) -> str | None:
-        return None  # the endpoint's own: read from it at start (provenance)
+        return "nothing to install (each endpoint's version is read from it)"
 
     def caps(self) -> Caps:
         return None

@@ -63,7 +63,7 @@ class MockServer:
         self.rng = random.Random(opts.seed)
         self.count = 0
         self.running = 0  # streams being answered now
-        self.generated = 0  # tokens streamed to load requests (not to readiness probes)
+        self.generated = 0  # tokens generated for requests (not for readiness probes)
         self.resets = 0
         self.paused_until = 0.0
         self.blocks: set[int] = set()  # prefix-cache blocks: hash of every word up to the block's end
@@ -192,6 +192,8 @@ class MockServer:
             return web.json_response({"choices": [{"index": 0, "text": " x", "prompt_logprobs": lp}],
                                       "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 1}})
         if not body.get("stream"):
+            if not request.headers.get("X-Atlas-Probe"):
+                self.generated += n_tokens  # counted as a server counts every request's tokens
             return web.json_response({"choices": [{"index": 0, "text": " tok" * n_tokens}],
                                       "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n_tokens}})
         cached = self.cached_prefix(prompt)
@@ -271,7 +273,9 @@ def prompt_tokens_of(prompt: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    # no abbreviations: `--api-key X` (a real engine's flag in a spec's extra_engine_args) must not become
+    # --api-key-env
+    ap = argparse.ArgumentParser(description=__doc__, allow_abbrev=False)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
     for f in fields(MockOptions):
