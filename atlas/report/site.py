@@ -142,22 +142,32 @@ def _fig(fig: go.Figure) -> str:
     return safe_json(fig.to_json())
 
 
-def build_site(results: list[RunResult], out_dir: Path | str, *, title: str,
-               objectives: list[Objective] | None = None, constraints: list[Constraint] | None = None,
-               load_errors: list[str] | None = None, capacities: list[CapacityResult] | None = None,
-               slo: SloSpec | None = None, traffic_rps: float | None = None, per_load: bool = False) -> Path:
-    """The report site. With capacity records (and not `per_load`) its frontiers compare configurations at their
-    capacity under the SLO; every measured load point stays in the table below."""
-    objectives = objectives or DEFAULT_OBJECTIVES
-    out = Path(out_dir)
-    (out / "assets").mkdir(parents=True, exist_ok=True)
-    (out / "configs").mkdir(exist_ok=True)
-    plotly_js = out / "assets" / "plotly.min.js"
+def write_assets(folder: Path) -> None:
+    """plotly.js, the report's script and its stylesheet, into `folder` (plotly.js once: it is 4.6 MB)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    plotly_js = folder / "plotly.min.js"
     if not plotly_js.exists() or plotly_js.stat().st_size < 1000:
         plotly_js.write_text(get_plotlyjs())
     static = Path(__file__).parent / "templates"
-    (out / "assets" / "atlas.js").write_text((static / "atlas.js").read_text())
-    (out / "assets" / "style.css").write_text((static / "style.css").read_text())
+    (folder / "atlas.js").write_text((static / "atlas.js").read_text())
+    (folder / "style.css").write_text((static / "style.css").read_text())
+
+
+def build_site(results: list[RunResult], out_dir: Path | str, *, title: str,
+               objectives: list[Objective] | None = None, constraints: list[Constraint] | None = None,
+               load_errors: list[str] | None = None, capacities: list[CapacityResult] | None = None,
+               slo: SloSpec | None = None, traffic_rps: float | None = None, per_load: bool = False,
+               assets: str = "assets/", home: str | None = None) -> Path:
+    """The report site. With capacity records (and not `per_load`) its frontiers compare configurations at their
+    capacity under the SLO; every measured load point stays in the table below. `assets`: where the pages find
+    plotly.js, the script and the stylesheet, relative to `out_dir` (another folder than the default is the
+    caller's to fill: `write_assets`); `home`: a page above this site (relative), linked from every page."""
+    objectives = objectives or DEFAULT_OBJECTIVES
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "configs").mkdir(exist_ok=True)
+    if assets == "assets/":
+        write_assets(out / "assets")
 
     fr = compute_frontier(results_frame(results), objectives, constraints) if results else pd.DataFrame()
     cap_view = bool(capacities) and not per_load
@@ -171,7 +181,8 @@ def build_site(results: list[RunResult], out_dir: Path | str, *, title: str,
     gpus = sorted(set(fr["gpu"].unique()) | (set(fc["gpu"].unique()) if len(fc) else set())) if len(fr) else []
     common = {"title": title, "version": __version__, "objectives": objectives, "constraints": constraints or [],
               "columns": table_columns(fr, not cap_view), "gpus": gpus, "slo": slo, "traffic_rps": traffic_rps,
-              "cap_columns": ["status", "gpu", "engine", *CAPACITY_TABLE] if cap_view else [], "endpoints": endpoints}
+              "cap_columns": ["status", "gpu", "engine", *CAPACITY_TABLE] if cap_view else [], "endpoints": endpoints,
+              "assets": assets, "home": home}
 
     def page(df: pd.DataFrame, name: str, heading: str, prefix: str = "", caps: pd.DataFrame | None = None) -> None:
         figs = []
