@@ -45,7 +45,7 @@ def deployed(tmp_path, monkeypatch):
     engines = []
 
     def start(port: int | None = None, version: str = "0.9.9-mock", **kw) -> MockEngine:
-        e = MockEngine(MockOptions(ttft_ms=5, itl_ms=2, api_key_env="EXT_TEST_KEY", version=version, **kw),
+        e = MockEngine(MockOptions(**{"ttft_ms": 5, "itl_ms": 2, **kw}, api_key_env="EXT_TEST_KEY", version=version),
                        tmp_path / f"deployed{len(engines)}.log", port=port)
         e.start()
         engines.append(e)
@@ -204,3 +204,25 @@ def test_an_engine_atlas_starts_that_wants_a_key_fails_at_once_not_at_the_timeou
     with pytest.raises(EngineError, match="answers HTTP 401 without an API key"):
         e.start()
     assert time.monotonic() - t0 < 30 and not e.alive()
+
+
+def test_the_capacity_of_an_endpoint_under_the_slo_is_searched_like_any_configs(deployed, tmp_path):
+    """The known service curve of tests/integration/test_capacity_mock.py, deployed by someone else: the search
+    runs on the endpoint (every rate a recorded external point) and lands within its precision."""
+    from atlas.config import parse_spec
+    from atlas.endpoint import with_endpoint
+    from atlas.hardware import get_gpu
+    from atlas.sweep import Sweeper
+    from tests.integration.test_capacity_mock import SPEC as CAPACITY_SPEC
+    from tests.integration.test_capacity_mock import TRUE_CAPACITY
+
+    g = CAPACITY_SPEC["grid"]
+    server = deployed(ttft_ms=g["ttft_ms"][0], itl_ms=g["itl_ms"][0], itl_per_running_ms=g["itl_per_running_ms"][0])
+    spec, _ = with_endpoint(parse_spec({**CAPACITY_SPEC, "api_key_env": "EXT_TEST_KEY"}), server.base_url, None)
+    report = Sweeper(spec, get_gpu("cpu"), tmp_path / "results").run()
+    [cap] = report.capacities
+    assert cap.status == "ok", cap.reasons
+    assert abs(cap.capacity_rps - TRUE_CAPACITY) / TRUE_CAPACITY <= 0.15, (cap.capacity_rps, TRUE_CAPACITY)
+    assert cap.config.server.engine == "external" and cap.label.startswith("external ")
+    assert all(r.config.engine == "external" and r.provenance.engine["started_by_atlas"] is False
+               for r in report.results)
