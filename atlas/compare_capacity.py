@@ -10,7 +10,7 @@ from pathlib import Path
 
 from atlas.capacity import CapacityResult
 from atlas.compare import CapacityComparison, MetricChange
-from atlas.results import RunResult, load_capacities
+from atlas.results import ResultError, RunResult, load_capacities
 from atlas.workloads.spec import describe
 
 
@@ -40,8 +40,12 @@ def _change(metric: str, a: float, b: float, lower_better: bool, old: CapacityRe
 
 
 def measured_capacities(folder: Path) -> list[CapacityResult]:
-    """The folder's measured capacity records (unreadable ones are left out, as `atlas frontier` does)."""
-    return [c for c in load_capacities(folder)[0] if c.source == "measured"]
+    """The folder's measured capacity records; an unreadable one stops the comparison with its name, as an
+    unreadable point does (a comparison that silently lost a record would misreport what moved)."""
+    records, errors = load_capacities(folder)
+    if errors:
+        raise ResultError(f"{folder}: {errors[0]}")
+    return [c for c in records if c.source == "measured"]
 
 
 def compare_capacities(a_list: list[CapacityResult], b_list: list[CapacityResult],

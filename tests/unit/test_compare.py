@@ -173,6 +173,13 @@ def test_bad_input_is_one_line_naming_the_thing(tmp_path):
     victim.write_text("{ not json")
     r = runner.invoke(app, ["compare", str(RECORDED), str(broken), "--out", str(tmp_path / "p")])
     assert r.exit_code == 2 and victim.name in r.output and not (tmp_path / "p").exists()
+    # an unreadable capacity record stops the comparison too (it was left out silently before)
+    caps = _copy(tmp_path, "caps")
+    (caps / "capacity").mkdir(exist_ok=True)
+    bad_cap = caps / "capacity" / "0123456789abcdef.capacity.json"
+    bad_cap.write_text("{ not json")
+    r = runner.invoke(app, ["compare", str(RECORDED), str(caps), "--out", str(tmp_path / "q")])
+    assert r.exit_code == 2 and bad_cap.name in r.output and not (tmp_path / "q").exists()
     for bad in ("tpot_p50_ms+5%", "tpot:+5%", "accuracy:-x"):
         with pytest.raises(GateError, match="--fail-on"):
             parse_fail_on(bad)
