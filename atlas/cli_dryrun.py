@@ -47,8 +47,8 @@ def print_dry_run(console: Console, spec: SweepSpec, gpu: GpuSpec, items: list[P
         say(f"  memory:  {p.memory.verdict}")
         if t is not None:
             parts = [f"start-up {t.startup_s:.0f} s ({t.startup_basis})"]
-            if t.quality_s:
-                parts.append(f"quality {fmt_duration(t.quality_s)}")
+            if t.quality_s or t.quality_basis:
+                parts.append(f"quality {fmt_duration(t.quality_s)}" + (f" ({t.quality_basis})" if t.quality_basis else ""))
             pts = sum(x.seconds or 0.0 for x in t.points)
             basis = sorted({x.basis for x in t.points})
             parts.append(f"load points {fmt_duration(pts)} ({'; '.join(basis)})")

@@ -41,6 +41,7 @@ class ServerTime:
     startup_s: float
     startup_basis: str
     quality_s: float  # 0 when another server with the same numerics evaluates them first
+    quality_basis: str = ""  # what the quality estimate rests on (and which sets it leaves out)
     points: list[PointTime] = field(default_factory=list)
     capacity_s: float = 0.0  # at most (the search measures up to max_measurements rates)
 
@@ -222,11 +223,12 @@ def estimate(spec: SweepSpec, gpu: GpuSpec, items: list[PlannedRun | SkippedRun]
             if line not in assumptions:
                 assumptions.append(line)
         key = first.server.numerics().key
-        q_s = 0.0
+        q_s, q_basis = 0.0, ""
         if spec.quality.enabled and key not in evaluated:
             evaluated.add(key)
-            q_s, _ = quality_seconds(spec, first, timer)
-        st = ServerTime(label=first.server.label(), engine=engine, startup_s=up, startup_basis=basis, quality_s=q_s)
+            q_s, q_basis = quality_seconds(spec, first, timer)
+        st = ServerTime(label=first.server.label(), engine=engine, startup_s=up, startup_basis=basis, quality_s=q_s,
+                        quality_basis=q_basis)
         busiest: tuple[float, float | None] = (-1.0, None)
         for cfg in configs:
             secs, why, rate = timer.point(cfg)
