@@ -21,6 +21,7 @@ from rich.progress import (
 from rich.table import Table
 
 from atlas.cli_compare import compare_cmd
+from atlas.cli_import import import_cmd
 from atlas.cli_publish import publish_cmd
 from atlas.config import SpecError, SweepSpec, load_spec
 from atlas.engines.base import EngineError
@@ -537,6 +538,7 @@ def workload_line(cfg: RunConfig) -> str | None:
 
 app.command("compare")(compare_cmd)
 app.command("publish")(publish_cmd)
+app.command("import")(import_cmd)
 
 
 @app.command()

@@ -13,7 +13,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 from scipy import stats
 
-from atlas.results import RunResult, load_results
+from atlas.results import MEASURED, RunResult, load_results
 
 Better = Literal["lower", "higher"]
 # the metrics compared, and which way is better
@@ -103,7 +103,7 @@ def _load(folder: Path) -> list[RunResult]:
     results, errors = load_results(folder)
     if errors:
         raise CompareError(f"{folder}: {errors[0]}")
-    measured = [r for r in results if r.source == "measured"]
+    measured = [r for r in results if r.source in MEASURED]
     if not measured:
         raise CompareError(f"{folder}: no measured results")
     return measured

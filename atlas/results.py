@@ -29,6 +29,7 @@ SCHEMA_VERSION = 1
 HISTORY = "history"  # earlier measurements of re-measured points: kept, never loaded as current results
 CAPACITY_DIR, CAPACITY_SUFFIX = "capacity", ".capacity.json"  # one capacity record per server config
 Status = Literal["ok", "invalid", "quality_failed", "failed", "skipped"]
+MEASURED = ("measured", "imported")  # measured for real: by Atlas, or by another harness whose file was imported
 DONE_STATUSES = ("ok", "invalid", "quality_failed")  # measured to the end; --resume keeps them
 
 
@@ -96,7 +97,7 @@ class RunResult(_M):
     schema_version: int = SCHEMA_VERSION
     run_id: str = Field(pattern=NAME)
     sweep: str = Field(pattern=NAME)
-    source: Literal["measured", "simulated"] = "measured"
+    source: Literal["measured", "simulated", "imported"] = "measured"  # imported: another harness's file
     status: Status
     reasons: list[str] = []
     label: str
@@ -264,7 +265,7 @@ class ResultStore:
     def measured(self, run_id: str) -> RunResult | None:
         """The stored result of this run when it was measured to the end (ok, invalid or quality-gated)."""
         r = self.get(run_id)
-        return r if r is not None and r.status in DONE_STATUSES and r.source == "measured" else None
+        return r if r is not None and r.status in DONE_STATUSES and r.source in MEASURED else None
 
     def _to_history(self, earlier: RunResult) -> None:
         hist, stamp = self._history()

@@ -17,6 +17,7 @@ ADAPTER_MODULES = (
     "atlas.engines.mock",
     "atlas.engines.sglang",
     "atlas.engines.external",
+    "atlas.engines.imported",
 )
 
 DEFAULT_ENGINE = "vllm"  # the engine of a spec (and of its grids) that names none

@@ -18,7 +18,7 @@ from atlas.config import ModelSpec
 from atlas.hardware import get_gpu
 from atlas.metrics import LoadSummary, summarize_load
 from atlas.probe import HardwareProbe, median_probe
-from atlas.results import RunResult
+from atlas.results import MEASURED, RunResult
 from atlas.simulator.features import Efficiencies, SimulatorError, step_costs
 from atlas.simulator.joint import fit_family
 from atlas.simulator.queue import mean_lengths, simulate
@@ -159,7 +159,7 @@ def fit(results: list[RunResult], name: str, spec_model: ModelSpec | None = None
     not the audit."""
     # a quality-gated point measured its latency as well as any: only its numerics answer badly
     usable = [r for r in results
-              if r.source == "measured" and r.status in ("ok", "quality_failed") and r.metrics is not None]
+              if r.source in MEASURED and r.status in ("ok", "quality_failed") and r.metrics is not None]
     if not usable:
         raise SimulatorError("no measured results with status ok to fit")
     families: dict[tuple[str, str], dict[tuple[str, str, str], list[tuple[RunResult, ModelSpec]]]] = {}

@@ -1,0 +1,124 @@
+"""`vllm bench serve --save-result --save-detailed` files (vLLM's benchmark client; one JSON object, or one per
+line with --append-result). Per request the file has the send time, TTFT, the gaps between streamed chunks,
+the end-to-end latency, prompt and output lengths and an error; those are rebuilt into Atlas's request records.
+A file saved without --save-detailed has only aggregates, which Atlas cannot turn into its own metrics (and
+will not copy under its names): it is refused with that reason."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from atlas.config import LoadPoint
+from atlas.importers.common import Imported, ImportError_
+from atlas.knobs import LoadMode
+from atlas.loadgen import RequestRecord
+
+PER_REQUEST = ("start_times", "ttfts", "itls", "input_lens", "output_lens", "errors")
+NOTES = ["imported from vllm bench serve: each request is timed from when the tool sent it (its schedule is not "
+         "in the file), so a client that fell behind is not charged for it as Atlas's own client is"]
+
+
+def read_file(path: str | Path, version: str | None = None) -> list[Imported]:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ImportError_(f"{p}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        docs = [json.loads(text)]
+    except ValueError:
+        try:
+            docs = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except ValueError as e:
+            raise ImportError_(f"{p}: not a vllm bench serve result (not JSON: {e})") from None
+    if not docs or not all(isinstance(d, dict) for d in docs):
+        raise ImportError_(f"{p}: not a vllm bench serve result (no JSON object)")
+    return [_point(p, k, d, version) for k, d in enumerate(docs)]
+
+
+def _point(p: Path, k: int, d: dict[str, Any], version: str | None) -> Imported:
+    where = f"{p}" + (f" (result {k + 1})" if k else "")
+    if "model_id" not in d or "num_prompts" not in d or "backend" not in d:
+        raise ImportError_(f"{where}: not a vllm bench serve result (no model_id, num_prompts or backend; "
+                           "another tool's file? pick it with --from)")
+    if missing := [f for f in PER_REQUEST if not isinstance(d.get(f), list)]:
+        raise ImportError_(f"{where}: no per-request data ({', '.join(missing)}): save it with vllm bench serve "
+                           "--save-detailed; Atlas does not copy a tool's aggregates under its own metric names")
+    n = len(d["ttfts"])
+    if not n or any(len(d[f]) != n for f in PER_REQUEST):
+        raise ImportError_(f"{where}: per-request lists of different lengths")
+    records = _records(where, d, n)
+    ok = [r for r in records if r.status == "ok"]
+    prompt = round(sum(r.prompt_tokens or 0 for r in ok) / len(ok)) if ok else 1
+    output = round(sum(r.usage_output_tokens or 0 for r in ok) / len(ok)) if ok else 1
+    load = _load(where, d, n, max(1, prompt), max(1, output))
+    about: dict[str, Any] = {k2: d[k2] for k2 in ("backend", "label", "tokenizer_id", "date", "request_rate", "burstiness",
+                                  "max_concurrency", "duration", "completed", "failed") if k2 in d}
+    return Imported(tool="vllm-bench", tool_version=version or d.get("vllm_version"), model=str(d["model_id"]),
+                    run_label=str(d.get("label") or d["backend"]), load=load, records=records,
+                    started_at=_iso(d.get("date")), about=about, notes=list(NOTES))
+
+
+def _records(where: str, d: dict[str, Any], n: int) -> list[RequestRecord]:
+    try:
+        starts = [float(x) for x in d["start_times"]]
+        t0 = min(starts)
+        out = []
+        for i in range(n):
+            sent = starts[i] - t0
+            rec = RequestRecord(index=i, phase="measure", scheduled_s=sent, sent_s=sent,
+                                prompt_tokens=int(d["input_lens"][i]), requested_tokens=int(d["output_lens"][i]))
+            if d["errors"][i]:
+                rec.status, rec.error = "tool_error", str(d["errors"][i])[:300]
+                out.append(rec)
+                continue
+            gaps = [float(x) for x in d["itls"][i]]
+            times = [sent + float(d["ttfts"][i])]
+            for g in gaps:
+                times.append(times[-1] + g)
+            tokens = int(d["output_lens"][i])
+            chunks = [1] * len(times)
+            if tokens > len(times):  # a chunk carried several tokens: the rest are put on the last one
+                chunks[-1] += tokens - len(times)
+            latency = d.get("latencies", [None] * n)[i]
+            rec.first_token_s, rec.token_times_s, rec.chunk_tokens = times[0], times, chunks
+            rec.end_s = times[-1]
+            rec.done_s = sent + float(latency) if latency is not None else times[-1]
+            rec.output_tokens = rec.usage_output_tokens = max(tokens, len(times))
+            rec.status = "ok"
+            if not all(math.isfinite(t) for t in times) or any(g < 0 for g in gaps):
+                raise ValueError(f"request {i}: a negative or non-finite time")
+            out.append(rec)
+        return out
+    except (TypeError, ValueError, IndexError, KeyError) as e:
+        raise ImportError_(f"{where}: unreadable per-request data: {e}") from None
+
+
+def _load(where: str, d: dict[str, Any], n: int, prompt: int, output: int) -> LoadPoint:
+    """The load as the tool ran it: all at once (or capped at max_concurrency) for an infinite rate, Poisson or
+    gamma arrivals otherwise."""
+    rate, cap = d.get("request_rate"), d.get("max_concurrency")
+    common = {"num_requests": n, "warmup_requests": 0, "prompt_tokens": prompt, "output_tokens": output,
+              "repeats": 1, "min_duration_s": 0.0}
+    try:
+        if rate in ("inf", None) or (isinstance(rate, float) and math.isinf(rate)):
+            return LoadPoint(mode=LoadMode.CLOSED, concurrency=int(cap) if cap else n, **common)
+        burst = float(d.get("burstiness") or 1.0)
+        mode = LoadMode.POISSON if burst == 1.0 else LoadMode.GAMMA
+        return LoadPoint(mode=mode, rate_rps=float(rate), burstiness=burst, max_in_flight=int(cap) if cap else None,
+                         **common)
+    except (TypeError, ValueError) as e:
+        raise ImportError_(f"{where}: request_rate {rate!r} / max_concurrency {cap!r}: {str(e).splitlines()[0]}") from None
+
+
+def _iso(date: object) -> str | None:
+    """vllm bench writes its date as %Y%m%d-%H%M%S (local time, no zone)."""
+    from datetime import datetime
+
+    try:
+        return datetime.strptime(str(date), "%Y%m%d-%H%M%S").isoformat(timespec="seconds")
+    except ValueError:
+        return None
