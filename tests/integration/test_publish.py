@@ -6,7 +6,6 @@ the index."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from pathlib import Path
@@ -15,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from atlas.cli import app
-from tests.integration.test_report_browser import CHROMIUM, DRIVER, _browser, render
+from tests.integration.test_report_browser import _browser, need_browser, render
 
 DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data"
 
@@ -78,10 +77,7 @@ def test_every_link_and_asset_is_relative_and_resolves(site):
 
 
 def test_the_site_renders_offline_with_no_console_error_and_best_is_two_clicks_away(site, artifacts):
-    if not (CHROMIUM and DRIVER):
-        if os.environ.get("CI"):
-            pytest.fail("chromium and chromium-driver must be installed in CI (.ci/run installs them)")
-        pytest.skip("needs Debian's chromium and chromium-driver")
+    need_browser()
     out, _ = site
     driver = _browser()
     try:

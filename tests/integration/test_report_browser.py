@@ -58,11 +58,16 @@ def site(tmp_path_factory):
     return build_site(report.results, tmp / "site", title="Atlas browser test"), report
 
 
-def test_site_renders_offline_without_errors_and_escapes_model_text(site, artifacts):
+def need_browser() -> None:
+    """Skips a browser test where Chromium is missing; fails it in CI, whose set-up installs it."""
     if not (CHROMIUM and DRIVER):
         if os.environ.get("CI"):
             pytest.fail("chromium and chromium-driver must be installed in CI (.ci/run installs them)")
         pytest.skip("needs Debian's chromium and chromium-driver")
+
+
+def test_site_renders_offline_without_errors_and_escapes_model_text(site, artifacts):
+    need_browser()
     index, report = site
     hostile = next(r for r in report.results if r.config.server.quantization.value == "fp8")
     driver = _browser()

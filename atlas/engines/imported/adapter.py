@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from atlas.engines.adapter import Caps, EngineAdapter
 from atlas.engines.base import EngineError
+from atlas.engines.fileless import FilelessAdapter
 from atlas.engines.imported.knobs import ImportedKnobs
 
 if TYPE_CHECKING:
@@ -15,7 +16,6 @@ if TYPE_CHECKING:
     from atlas.engines.base import Engine
     from atlas.hardware import GpuSpec
     from atlas.plan import RunConfig
-    from atlas.simulator.scheduler import ChunkedScheduler
 
 
 class _Nothing:
@@ -26,18 +26,12 @@ class _Nothing:
         return "", None
 
 
-class ImportedAdapter:
+class ImportedAdapter(FilelessAdapter):
     kind = "imported"
     knobs = ImportedKnobs
-    cpu_spec: str | None = None
-    weight_formats: frozenset[str] = frozenset()
-    kv_scale_formats: frozenset[str] = frozenset()
 
     def version(self) -> str | None:
         return "nothing to install (each file names its tool)"
-
-    def caps(self) -> Caps:
-        return None
 
     def infeasible(self, spec: SweepSpec, gpu: GpuSpec, server: Any, caps: Caps) -> str | None:
         return "imported points are written by `atlas import`; a sweep cannot measure them"
@@ -47,14 +41,6 @@ class ImportedAdapter:
 
     def engine(self, spec: SweepSpec, gpu: GpuSpec, cfg: RunConfig, model_path: str, log_path: Path) -> Engine:
         raise EngineError("an imported point has no engine Atlas can start", kind="launch")
-
-    def scheduler(self, server: Any, max_model_len: int, kv_capacity_tokens: int | None) -> ChunkedScheduler:
-        from atlas.simulator.scheduler import budget_scheduler
-
-        return budget_scheduler(server, max_model_len, kv_capacity_tokens, 2048)  # unknown: vLLM V1's defaults
-
-    def audit(self, result: Any) -> str | None:
-        return None
 
 
 ADAPTER: EngineAdapter = ImportedAdapter()

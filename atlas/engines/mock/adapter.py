@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from atlas.engines.adapter import Caps, EngineAdapter
+from atlas.engines.adapter import EngineAdapter
+from atlas.engines.fileless import FilelessAdapter
 from atlas.engines.mock.knobs import MockKnobs, MockKV, MockWeights
 
 if TYPE_CHECKING:
@@ -15,7 +16,6 @@ if TYPE_CHECKING:
     from atlas.engines.base import Engine
     from atlas.hardware import GpuSpec
     from atlas.plan import RunConfig
-    from atlas.simulator.scheduler import ChunkedScheduler
 
 
 class _NoFiles:
@@ -26,23 +26,14 @@ class _NoFiles:
         return "", None
 
 
-class MockAdapter:
+class MockAdapter(FilelessAdapter):
     kind = "mock"
     knobs = MockKnobs
-    cpu_spec: str | None = None
-    weight_formats: frozenset[str] = frozenset()
-    kv_scale_formats: frozenset[str] = frozenset()
 
     def version(self) -> str | None:
         from atlas import __version__
 
         return f"atlas-mock=={__version__}"
-
-    def caps(self) -> Caps:
-        return None
-
-    def infeasible(self, spec: SweepSpec, gpu: GpuSpec, server: Any, caps: Caps) -> str | None:
-        return None
 
     def model_source(self, spec: SweepSpec, note: Any) -> _NoFiles:
         return _NoFiles()
@@ -60,14 +51,6 @@ class MockAdapter:
                            answers="garbage" if s.kv_cache_dtype == MockKV.FP8 else "oracle",
                            degrade=0.2 if s.quantization == MockWeights.INT4 else 0.0)
         return MockEngine(opts, log_path, port=spec.port, startup_timeout_s=spec.startup_timeout_s)
-
-    def scheduler(self, server: Any, max_model_len: int, kv_capacity_tokens: int | None) -> ChunkedScheduler:
-        from atlas.simulator.scheduler import budget_scheduler
-
-        return budget_scheduler(server, max_model_len, kv_capacity_tokens, 2048)  # V1's default token budget
-
-    def audit(self, result: Any) -> str | None:
-        return None
 
 
 ADAPTER: EngineAdapter = MockAdapter()

@@ -1,0 +1,34 @@
+"""The defaults of an adapter whose engine serves no model files Atlas prepares and has no command line to read
+(the mock server, an external endpoint, imported points): nothing to screen, no calibrated KV scales, vLLM V1's
+batching as the simulator's guess. An adapter subclasses it and overrides what it has."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from atlas.engines.adapter import Caps
+
+if TYPE_CHECKING:
+    from atlas.config import SweepSpec
+    from atlas.hardware import GpuSpec
+    from atlas.simulator.scheduler import ChunkedScheduler
+
+
+class FilelessAdapter:
+    cpu_spec: str | None = None
+    weight_formats: frozenset[str] = frozenset()
+    kv_scale_formats: frozenset[str] = frozenset()
+
+    def caps(self) -> Caps:
+        return None
+
+    def infeasible(self, spec: SweepSpec, gpu: GpuSpec, server: Any, caps: Caps) -> str | None:
+        return None
+
+    def scheduler(self, server: Any, max_model_len: int, kv_capacity_tokens: int | None) -> ChunkedScheduler:
+        from atlas.simulator.scheduler import budget_scheduler
+
+        return budget_scheduler(server, max_model_len, kv_capacity_tokens, 2048)  # V1's default token budget
+
+    def audit(self, result: Any) -> str | None:
+        return None
