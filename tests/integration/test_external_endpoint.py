@@ -92,7 +92,8 @@ def test_an_endpoint_is_measured_labelled_and_its_key_never_written(deployed, tm
         assert x["provenance"]["hardware_probe"] is None  # this host is the client, not the server
         assert x["energy"]["joules"] is None and "not on this host" in x["energy"]["reason"]
         assert x["quality"]["accuracy"] == 1.0  # the eval ran against the endpoint, with the key
-        assert x["metrics"]["n_ok"] == 16 and not x["metrics"]["warnings"]
+        # no warning about the endpoint (a busy host may still warn that the client itself waited for a CPU)
+        assert x["metrics"]["n_ok"] == 16 and not [w for w in x["metrics"]["warnings"] if "client" not in w]
     spec_written = (folders[0] / "sweep-spec.yaml").read_text()
     assert "api_key_env: EXT_TEST_KEY" in spec_written
     assert KEY.encode() not in _every_byte(tmp_path / "res")
