@@ -112,16 +112,19 @@ class PointMeasurer:
         if not metrics.valid:
             status, reasons = "invalid", list(metrics.invalid_reasons)
         served, why_not = served_check(engine.served_tokens_metric, d.before, d.after, runs)
+        # someone else's endpoint may serve other clients during the point (or be several replicas)
+        shared, others = (shared_check(engine.served_tokens_metric, d.before, d.after, runs)
+                          if not engine.started_by_atlas else (False, None))
+        if shared is None:
+            served, why_not = None, None  # its counter is not one server's: it judges nothing (warned below)
         if served is False and why_not:
             status, reasons = "invalid", [why_not, *reasons]
         elif why_not:
             metrics = metrics.model_copy(update={"warnings": [*metrics.warnings, why_not]})
-        if not engine.started_by_atlas:  # someone else's endpoint may serve other clients during the point
-            shared, others = shared_check(engine.served_tokens_metric, d.before, d.after, runs)
-            if shared and others:
-                status, reasons = "invalid", [others, *reasons]
-            elif others:
-                metrics = metrics.model_copy(update={"warnings": [*metrics.warnings, others]})
+        if shared and others:
+            status, reasons = "invalid", [others, *reasons]
+        elif others:
+            metrics = metrics.model_copy(update={"warnings": [*metrics.warnings, others]})
         qres = quality if isinstance(quality, QualityResult) else None
         if isinstance(quality, str):
             status, reasons = "quality_failed", [quality, *reasons]

@@ -61,10 +61,11 @@ SHARED_SLACK = (1.2, 64)  # generated tokens above 1.2 x received + 64: others' 
 
 
 def shared_check(metric: str | None, before: dict[str, float], after: dict[str, float],
-                 runs: list[LoadRun]) -> tuple[bool, str | None]:
+                 runs: list[LoadRun]) -> tuple[bool | None, str | None]:
     """For an endpoint Atlas did not start: (True, reason) when its counter of generated tokens rose well beyond
     what this point received (other clients shared it, so the latencies are not this load's), (False, why it
-    cannot tell) without a readable counter, (False, None) when the point had it to itself."""
+    cannot tell) without a readable counter, (None, why) when the counter went down (it is not one server's, so
+    it judges nothing, not even what was served), (False, None) when the point had it to itself."""
     received = sum(r.output_tokens for run in runs for r in run.records)
     if not metric:
         return False, ("the endpoint exposes no generated-token counter: other clients sharing it during this "
@@ -73,6 +74,10 @@ def shared_check(metric: str | None, before: dict[str, float], after: dict[str, 
         return False, f"the endpoint's {metric} could not be read: other clients sharing it are not ruled out"
     generated = after[metric] - before[metric]
     factor, slack = SHARED_SLACK
+    if generated < 0:
+        return None, (f"the endpoint's {metric} went down during this point: /metrics answers from more than one "
+                       "server (replicas behind one URL?), so neither what it served nor other clients' traffic can "
+                       "be judged")
     if generated > factor * received + slack:
         return True, (f"other clients shared the endpoint during this point: its {metric} rose by {generated:.0f} "
                       f"while this point received {received} tokens, so its latencies are not this load's")

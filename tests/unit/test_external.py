@@ -80,6 +80,8 @@ def test_other_traffic_is_seen_in_the_endpoints_own_counter():
     assert shared and "rose by 2000 while this point received 640 tokens" in (why or "")
     assert shared_check(None, {}, {}, runs)[0] is False and "not ruled out" in (shared_check(None, {}, {}, runs)[1] or "")
     assert "could not be read" in (shared_check(m, {}, {m: 5.0}, runs)[1] or "")
+    replicas, why = shared_check(m, {m: 9000.0}, {m: 300.0}, runs)  # read from another replica the second time
+    assert replicas is None and "more than one server" in (why or "")
 
 
 def test_the_dry_run_of_an_endpoint_plans_its_load_points_and_screens_no_memory(capsys):
