@@ -4,6 +4,7 @@ batching as the simulator's guess. An adapter subclasses it and overrides what i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from atlas.engines.adapter import Caps
@@ -12,6 +13,20 @@ if TYPE_CHECKING:
     from atlas.config import SweepSpec
     from atlas.hardware import GpuSpec
     from atlas.simulator.scheduler import ChunkedScheduler
+
+
+class NoModelFiles:
+    """The model source of an engine that serves no files Atlas prepares: `about(server)` is what provenance
+    records instead of files."""
+
+    def __init__(self, about: Callable[[Any], dict[str, Any]] = lambda server: {}):
+        self.about = about
+
+    def resolve(self, server: Any) -> tuple[str, dict[str, Any]]:
+        return "", self.about(server)
+
+    def planned(self, server: Any) -> tuple[str, str | None]:
+        return "", None
 
 
 class FilelessAdapter:

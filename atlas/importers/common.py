@@ -3,7 +3,6 @@ as an Atlas result through the result store (atomic; a measured point is never o
 
 from __future__ import annotations
 
-import hashlib
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 from atlas import __version__
 from atlas.config import LoadPoint, ModelSpec
 from atlas.cost import cost_of
+from atlas.engines.embedded import sha256_file
 from atlas.engines.imported.knobs import ImportedKnobs
 from atlas.hardware import cpu_model_name, get_gpu
 from atlas.loadgen import LoadRun, RequestRecord
@@ -40,10 +40,6 @@ class Imported:
     notes: list[str] = field(default_factory=list)  # definition differences that apply to this point
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def write_imported(points: list[Imported], source: Path, sweep: str, results: Path, gpu: str,
                    price_provider: str | None = None, model_spec: ModelSpec | None = None) -> list[RunResult]:
     """Each point as a result of `sweep` under `results`, with its records; the GPU is as the user states it.
@@ -52,7 +48,7 @@ def write_imported(points: list[Imported], source: Path, sweep: str, results: Pa
     g = get_gpu(gpu)
     store = ResultStore(results, sweep)
     store.check_writable()
-    digest = sha256(source)
+    digest = sha256_file(source)
     out = []
     for k, p in enumerate(points):
         longest = max((r.prompt_tokens or 0) + (r.usage_output_tokens or r.output_tokens) for r in p.records)

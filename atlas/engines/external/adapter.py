@@ -8,21 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 from atlas.engines.adapter import EngineAdapter
 from atlas.engines.external.knobs import ExternalKnobs
-from atlas.engines.fileless import FilelessAdapter
+from atlas.engines.fileless import FilelessAdapter, NoModelFiles
 
 if TYPE_CHECKING:
     from atlas.config import SweepSpec
     from atlas.engines.base import Engine
     from atlas.hardware import GpuSpec
     from atlas.plan import RunConfig
-
-
-class _Deployed:
-    def resolve(self, server: Any) -> tuple[str, dict[str, Any]]:
-        return "", {"external": f"served by {server.url}: its weights are its owner's, not read by Atlas"}
-
-    def planned(self, server: Any) -> tuple[str, str | None]:
-        return "", None
 
 
 class ExternalAdapter(FilelessAdapter):
@@ -32,8 +24,9 @@ class ExternalAdapter(FilelessAdapter):
     def version(self) -> str | None:
         return "nothing to install (each endpoint's version is read from it)"
 
-    def model_source(self, spec: SweepSpec, note: Any) -> _Deployed:
-        return _Deployed()
+    def model_source(self, spec: SweepSpec, note: Any) -> NoModelFiles:
+        return NoModelFiles(lambda server: {
+            "external": f"served by {server.url}: its weights are its owner's, not read by Atlas"})
 
     def engine(self, spec: SweepSpec, gpu: GpuSpec, cfg: RunConfig, model_path: str, log_path: Path) -> Engine:
         from atlas.engines.external.engine import ExternalEngine

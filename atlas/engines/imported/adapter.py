@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from atlas.engines.adapter import Caps, EngineAdapter
 from atlas.engines.base import EngineError
-from atlas.engines.fileless import FilelessAdapter
+from atlas.engines.fileless import FilelessAdapter, NoModelFiles
 from atlas.engines.imported.knobs import ImportedKnobs
 
 if TYPE_CHECKING:
@@ -16,14 +16,6 @@ if TYPE_CHECKING:
     from atlas.engines.base import Engine
     from atlas.hardware import GpuSpec
     from atlas.plan import RunConfig
-
-
-class _Nothing:
-    def resolve(self, server: Any) -> tuple[str, dict[str, Any]]:
-        return "", {}
-
-    def planned(self, server: Any) -> tuple[str, str | None]:
-        return "", None
 
 
 class ImportedAdapter(FilelessAdapter):
@@ -36,8 +28,8 @@ class ImportedAdapter(FilelessAdapter):
     def infeasible(self, spec: SweepSpec, gpu: GpuSpec, server: Any, caps: Caps) -> str | None:
         return "imported points are written by `atlas import`; a sweep cannot measure them"
 
-    def model_source(self, spec: SweepSpec, note: Any) -> _Nothing:
-        return _Nothing()
+    def model_source(self, spec: SweepSpec, note: Any) -> NoModelFiles:
+        return NoModelFiles()
 
     def engine(self, spec: SweepSpec, gpu: GpuSpec, cfg: RunConfig, model_path: str, log_path: Path) -> Engine:
         raise EngineError("an imported point has no engine Atlas can start", kind="launch")

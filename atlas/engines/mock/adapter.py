@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from atlas.engines.adapter import EngineAdapter
-from atlas.engines.fileless import FilelessAdapter
+from atlas.engines.fileless import FilelessAdapter, NoModelFiles
 from atlas.engines.mock.knobs import MockKnobs, MockKV, MockWeights
 
 if TYPE_CHECKING:
@@ -16,14 +16,6 @@ if TYPE_CHECKING:
     from atlas.engines.base import Engine
     from atlas.hardware import GpuSpec
     from atlas.plan import RunConfig
-
-
-class _NoFiles:
-    def resolve(self, server: Any) -> tuple[str, dict[str, Any]]:
-        return "", {"mock": "no model files: the mock server answers from the eval sets"}
-
-    def planned(self, server: Any) -> tuple[str, str | None]:
-        return "", None
 
 
 class MockAdapter(FilelessAdapter):
@@ -35,8 +27,8 @@ class MockAdapter(FilelessAdapter):
 
         return f"atlas-mock=={__version__}"
 
-    def model_source(self, spec: SweepSpec, note: Any) -> _NoFiles:
-        return _NoFiles()
+    def model_source(self, spec: SweepSpec, note: Any) -> NoModelFiles:
+        return NoModelFiles(lambda server: {"mock": "no model files: the mock server answers from the eval sets"})
 
     def engine(self, spec: SweepSpec, gpu: GpuSpec, cfg: RunConfig, model_path: str, log_path: Path) -> Engine:
         from atlas.engines.mock.engine import MockEngine
