@@ -8,7 +8,7 @@ from typing import Annotated, Any, ClassVar, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from atlas.engines.knobs_base import drop_flat_defaults
+from atlas.engines.knobs_base import drop_flat_defaults, grid_combos, grid_size
 from atlas.engines.registry import ADAPTERS, DEFAULT_ENGINE, AnyGrid, engine_kinds
 from atlas.knobs import MAX_REQUESTS, MAX_SECONDS, MAX_STREAMS, MAX_TOKENS, LoadMode
 from atlas.models import Frozen, LateFields, read_text
@@ -249,17 +249,11 @@ class SweepSpec(Frozen):
     def _grids_make_servers(self) -> SweepSpec:
         """Every server config of every grid is a valid one of its engine (a knob validator that crosses fields
         or rejects a default, e.g. an external grid without its url, fails here and not at plan time)."""
-        import itertools
-        import math
-
         for engine, g in self.grids():
             knobs = ADAPTERS[engine].knobs
-            names = knobs.knob_names()
-            lists = [getattr(g, n) for n in names]
-            combos = itertools.product(*lists) if math.prod(map(len, lists)) <= 5000 else [[v[0] for v in lists]]
-            for combo in combos:
+            for values in grid_combos(knobs, g, first_only=grid_size(knobs, g) > 5000):
                 try:
-                    knobs(engine=engine, **dict(zip(names, combo, strict=True)))
+                    knobs(engine=engine, **values)
                 except ValidationError as e:
                     first = e.errors()[0]
                     where = ".".join(str(x) for x in first["loc"])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 from typing import Any, Literal
 
@@ -11,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from atlas.config import LoadPoint, ModelSpec, SweepSpec
 from atlas.engines.adapter import Caps
-from atlas.engines.knobs_base import drop_flat_defaults
+from atlas.engines.knobs_base import drop_flat_defaults, grid_combos
 from atlas.engines.registry import ADAPTERS, DEFAULT_ENGINE, ServerKnobs, adapter
 from atlas.hardware import GpuSpec
 from atlas.knobs import LoadMode
@@ -91,9 +90,7 @@ def _digest(obj: object) -> str:
 def grid_servers(engine: str, g: Any) -> list[ServerKnobs]:
     """Every server config of a grid: the cross product of its knob lists, in field order."""
     knobs = adapter(engine).knobs
-    names = knobs.knob_names()
-    return [knobs(engine=engine, **dict(zip(names, combo, strict=True)))
-            for combo in itertools.product(*(getattr(g, n) for n in names))]
+    return [knobs(engine=engine, **values) for values in grid_combos(knobs, g)]
 
 
 def server_grid(spec: SweepSpec) -> list[tuple[str, ServerKnobs]]:

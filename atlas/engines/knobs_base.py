@@ -7,6 +7,9 @@ values the table and the search show, and the form its run id is computed from."
 
 from __future__ import annotations
 
+import itertools
+import math
+from collections.abc import Iterator
 from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, create_model, field_validator
@@ -106,3 +109,17 @@ def grid_model(knobs: type[EngineKnobs]) -> type[Frozen]:
     validators: dict[str, Any] = {"_lists": field_validator(*knobs.knob_names())(_non_empty_unique)}
     return create_model(f"{knobs.__name__.removesuffix('Knobs')}Grid", __base__=Frozen,  # type: ignore[call-overload, no-any-return]
                         __validators__=validators, **fields)
+
+
+def grid_combos(knobs: type[EngineKnobs], grid: Any, first_only: bool = False) -> Iterator[dict[str, Any]]:
+    """The knob values of each server config of a grid (the cross product of its lists, in field order);
+    `first_only`: just the first one."""
+    names = knobs.knob_names()
+    lists = [getattr(grid, n) for n in names]
+    combos = [[v[0] for v in lists]] if first_only else itertools.product(*lists)
+    for combo in combos:
+        yield dict(zip(names, combo, strict=True))
+
+
+def grid_size(knobs: type[EngineKnobs], grid: Any) -> int:
+    return math.prod(len(getattr(grid, n)) for n in knobs.knob_names())
