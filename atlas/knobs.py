@@ -24,6 +24,7 @@ class LoadMode(StrEnum):
     CLOSED = "closed"  # N concurrent streams, each sends its next request when the previous one ends
     POISSON = "poisson"  # open loop, exponential inter-arrival times
     GAMMA = "gamma"  # open loop, gamma inter-arrival times (burstiness < 1 is burstier than Poisson)
+    CONSTANT = "constant"  # open loop, evenly spaced arrivals (GuideLLM's and AIPerf's constant rate)
     TRACE = "trace"  # open loop, arrivals replayed from the workload's trace file
 
 

@@ -104,6 +104,8 @@ def arrival_schedule(mode: LoadMode, rate_rps: float, n: int, seed: int, burstin
     rng = np.random.default_rng(seed)
     if mode == LoadMode.POISSON:
         gaps = rng.exponential(1.0 / rate_rps, size=n)
+    elif mode == LoadMode.CONSTANT:
+        gaps = np.full(n, 1.0 / rate_rps)
     else:
         gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate_rps * burstiness), size=n)
     gaps[0] = 0.0

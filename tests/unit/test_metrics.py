@@ -119,6 +119,8 @@ def test_schedule_same_seed_same_bytes_and_rate():
     assert 2000 / a[-1] == pytest.approx(10.0, rel=0.1)
     g = np.diff(arrival_schedule(LoadMode.GAMMA, 10.0, 4000, seed=1, burstiness=0.25))
     assert g.std() / g.mean() == pytest.approx(2.0, rel=0.15)  # CV of gamma(k) gaps is 1/sqrt(k)
+    c = arrival_schedule(LoadMode.CONSTANT, 4.0, 9, seed=1)
+    assert c.tolist() == pytest.approx([k * 0.25 for k in range(9)])  # evenly spaced, first at 0
 
 
 def test_repeat_stat_flags_unstable():
