@@ -87,6 +87,7 @@ class MockServer:
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.health)  # as vLLM's (GuideLLM and AIPerf probe it before a run)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
         app.router.add_post("/tokenize", self.tokenize)
@@ -136,6 +137,9 @@ class MockServer:
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"data": [{"id": self.opts.model, "root": self.opts.model, "max_model_len": 4096,
                                             "owned_by": "atlas-mock"}]})
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(text=f"vllm:num_requests_running {self.running}\nvllm:num_preemptions_total 0\n"
@@ -189,12 +193,13 @@ class MockServer:
         prompt_tokens = prompt_tokens_of(prompt)
         if body.get("prompt_logprobs") is not None and not body.get("stream"):
             lp = [None] + [{str(i): {"logprob": self.opts.logprob, "rank": 1}} for i in range(prompt_tokens - 1)]
-            return web.json_response({"choices": [{"index": 0, "text": " x", "prompt_logprobs": lp}],
+            return web.json_response({"object": "text_completion",
+                                      "choices": [{"index": 0, "text": " x", "prompt_logprobs": lp}],
                                       "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 1}})
         if not body.get("stream"):
             if not request.headers.get("X-Atlas-Probe"):
                 self.generated += n_tokens  # counted as a server counts every request's tokens
-            return web.json_response({"choices": [{"index": 0, "text": " tok" * n_tokens}],
+            return web.json_response({"object": "text_completion", "choices": [{"index": 0, "text": " tok" * n_tokens}],
                                       "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n_tokens}})
         cached = self.cached_prefix(prompt)
         self.prompt_tokens += prompt_tokens
@@ -221,7 +226,8 @@ class MockServer:
             sent += step
             self.generated += step
             # atlas_mock: when the request arrived and this chunk left, on the shared monotonic clock
-            chunk = {"choices": [{"index": 0, "text": " tok" * step}],
+            # "object" as vLLM writes it (AIPerf reads a chunk's text only from a text_completion object)
+            chunk = {"object": "text_completion", "choices": [{"index": 0, "text": " tok" * step}],
                      "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": sent},
                      "atlas_mock": {"arrival": arrival, "emit": time.perf_counter()}}
             await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
@@ -232,7 +238,7 @@ class MockServer:
         counts: dict[str, object] = {"prompt_tokens": prompt_tokens, "completion_tokens": sent + self.opts.usage_delta}
         if self.opts.prefix_cache:
             counts["prompt_tokens_details"] = {"cached_tokens": cached}
-        usage = {"choices": [], "usage": counts}
+        usage = {"object": "text_completion", "choices": [], "usage": counts}
         await resp.write(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
         await resp.write_eof()
         return resp
@@ -263,7 +269,7 @@ class MockServer:
         body = await request.json()
         prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
         await asyncio.sleep(self.opts.ttft_ms / 1e3)
-        return web.json_response({"choices": [{"index": 0, "message": {"role": "assistant",
+        return web.json_response({"object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant",
                                                                        "content": self._answer(prompt)}}],
                                   "usage": {"prompt_tokens": 10, "completion_tokens": 10}})
 
