@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from atlas.config import LoadPoint
-from atlas.importers.common import Imported, ImportError_
+from atlas.importers.common import Imported, ImportError_, failed_record, load_point, stream_record
 from atlas.knobs import LoadMode
 from atlas.loadgen import RequestRecord
 
@@ -51,10 +51,7 @@ def _point(p: Path, k: int, d: dict[str, Any], version: str | None) -> Imported:
     if not n or any(len(d[f]) != n for f in PER_REQUEST):
         raise ImportError_(f"{where}: per-request lists of different lengths")
     records = _records(where, d, n)
-    ok = [r for r in records if r.status == "ok"]
-    prompt = round(sum(r.prompt_tokens or 0 for r in ok) / len(ok)) if ok else 1
-    output = round(sum(r.usage_output_tokens or 0 for r in ok) / len(ok)) if ok else 1
-    load = _load(where, d, n, max(1, prompt), max(1, output))
+    load = _load(where, d, n, records)
     about: dict[str, Any] = {k2: d[k2] for k2 in ("backend", "label", "tokenizer_id", "date", "request_rate", "burstiness",
                                   "max_concurrency", "duration", "completed", "failed") if k2 in d}
     return Imported(tool="vllm-bench", tool_version=version or d.get("vllm_version"), model=str(d["model_id"]),
@@ -67,49 +64,33 @@ def _records(where: str, d: dict[str, Any], n: int) -> list[RequestRecord]:
         starts = [float(x) for x in d["start_times"]]
         t0 = min(starts)
         out = []
+        latencies = d.get("latencies") or [None] * n
         for i in range(n):
             sent = starts[i] - t0
-            rec = RequestRecord(index=i, phase="measure", scheduled_s=sent, sent_s=sent,
-                                prompt_tokens=int(d["input_lens"][i]), requested_tokens=int(d["output_lens"][i]))
+            prompt, tokens = int(d["input_lens"][i]), int(d["output_lens"][i])
             if d["errors"][i]:
-                rec.status, rec.error = "tool_error", str(d["errors"][i])[:300]
-                out.append(rec)
+                out.append(failed_record(i, sent, sent, str(d["errors"][i]), prompt, tokens))
                 continue
-            gaps = [float(x) for x in d["itls"][i]]
-            times = [sent + float(d["ttfts"][i])]
-            for g in gaps:
-                times.append(times[-1] + g)
-            tokens = int(d["output_lens"][i])
-            chunks = [1] * len(times)
-            if tokens > len(times):  # a chunk carried several tokens: the rest are put on the last one
-                chunks[-1] += tokens - len(times)
-            latency = d.get("latencies", [None] * n)[i]
-            rec.first_token_s, rec.token_times_s, rec.chunk_tokens = times[0], times, chunks
-            rec.end_s = times[-1]
-            rec.done_s = sent + float(latency) if latency is not None else times[-1]
-            rec.output_tokens = rec.usage_output_tokens = max(tokens, len(times))
-            rec.status = "ok"
-            if not all(math.isfinite(t) for t in times) or any(g < 0 for g in gaps):
-                raise ValueError(f"request {i}: a negative or non-finite time")
-            out.append(rec)
+            latency = latencies[i]
+            out.append(stream_record(i, sent, sent, float(d["ttfts"][i]), [float(x) for x in d["itls"][i]], tokens,
+                                     float(latency) if latency is not None else None, prompt, tokens))
         return out
     except (TypeError, ValueError, IndexError, KeyError) as e:
         raise ImportError_(f"{where}: unreadable per-request data: {e}") from None
 
 
-def _load(where: str, d: dict[str, Any], n: int, prompt: int, output: int) -> LoadPoint:
+def _load(where: str, d: dict[str, Any], n: int, records: list[RequestRecord]) -> LoadPoint:
     """The load as the tool ran it: all at once (or capped at max_concurrency) for an infinite rate, Poisson or
     gamma arrivals otherwise."""
     rate, cap = d.get("request_rate"), d.get("max_concurrency")
-    common = {"num_requests": n, "warmup_requests": 0, "prompt_tokens": prompt, "output_tokens": output,
-              "repeats": 1, "min_duration_s": 0.0}
     try:
         if rate in ("inf", None) or (isinstance(rate, float) and math.isinf(rate)):
-            return LoadPoint(mode=LoadMode.CLOSED, concurrency=int(cap) if cap else n, **common)
+            return load_point(where, LoadMode.CLOSED, n, records, concurrency=int(cap) if cap else n)
         burst = float(d.get("burstiness") or 1.0)
-        mode = LoadMode.POISSON if burst == 1.0 else LoadMode.GAMMA
-        return LoadPoint(mode=mode, rate_rps=float(rate), burstiness=burst, max_in_flight=int(cap) if cap else None,
-                         **common)
+        return load_point(where, LoadMode.POISSON if burst == 1.0 else LoadMode.GAMMA, n, records, rate=float(rate),
+                          burstiness=burst, max_in_flight=int(cap) if cap else None)
+    except ImportError_:
+        raise
     except (TypeError, ValueError) as e:
         raise ImportError_(f"{where}: request_rate {rate!r} / max_concurrency {cap!r}: {str(e).splitlines()[0]}") from None
 
