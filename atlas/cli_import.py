@@ -12,9 +12,12 @@ console = Console(soft_wrap=True)
 err = Console(stderr=True)
 
 
-def import_cmd(file: Path = typer.Argument(..., help="the tool's result file"),
+def import_cmd(file: Path = typer.Argument(..., help="the tool's result file (AIPerf: its artifact folder, "
+                                                    "profile_export.jsonl or profile_export_aiperf.json)"),
                from_: str = typer.Option(..., "--from", help="the tool that wrote it: vllm-bench (vllm bench serve "
-                                                              "--save-result --save-detailed)"),
+                                                              "--save-result --save-detailed), guidellm (guidellm run "
+                                                              "--output kind=json|yaml), aiperf (aiperf profile "
+                                                              "--streaming)"),
                sweep: str = typer.Option(..., help="the sweep name its points go to (RESULTS/<sweep>/)"),
                gpu: str = typer.Option(None, help="the GPU (or cpu) it was measured on, as you know it (the file "
                                                    "does not say; it prices the points); default: the --spec's gpu"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from atlas.importers.common import Imported, ImportError_, write_imported
 
-TOOLS = ("vllm-bench",)
+TOOLS = ("vllm-bench", "guidellm", "aiperf")
 
 __all__ = ["TOOLS", "ImportError_", "Imported", "read", "write_imported"]
 
@@ -17,6 +17,10 @@ def read(tool: str, path: str, **kw: object) -> list[Imported]:
     """The points a file of `tool` holds; ImportError_ (one line naming the file) when it cannot be read."""
     if tool == "vllm-bench":
         from atlas.importers.vllm_bench import read_file
-
-        return read_file(path, **kw)  # type: ignore[arg-type]
-    raise ImportError_(f"--from {tool}: unknown tool; known: {', '.join(TOOLS)}")
+    elif tool == "guidellm":
+        from atlas.importers.guidellm import read_file
+    elif tool == "aiperf":
+        from atlas.importers.aiperf import read_file
+    else:
+        raise ImportError_(f"--from {tool}: unknown tool; known: {', '.join(TOOLS)}")
+    return read_file(path, **kw)  # type: ignore[arg-type]

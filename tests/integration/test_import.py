@@ -105,7 +105,7 @@ def test_files_that_cannot_be_imported_are_named_in_one_line_and_nothing_is_writ
         r = _import(tmp_path / name, tmp_path / "res")
         assert r.exit_code == 2 and why in r.output and name in r.output, r.output
         assert r.output.strip().count("\n") <= 2, r.output
-    r = CliRunner().invoke(app, ["import", str(bench_file), "--from", "guidellm", "--sweep", "x", "--gpu", "cpu",
+    r = CliRunner().invoke(app, ["import", str(bench_file), "--from", "inference-perf", "--sweep", "x", "--gpu", "cpu",
                                  "--results", str(tmp_path / "res")])
     assert r.exit_code == 2 and "unknown tool" in r.output
     assert not (tmp_path / "res").exists() or not list((tmp_path / "res").rglob("*.json"))
