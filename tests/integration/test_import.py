@@ -4,6 +4,7 @@ imported points join the report, compare and `atlas fit`; bad files are refused 
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -69,7 +70,16 @@ def test_a_real_vllm_bench_file_becomes_an_atlas_point_with_the_same_figures(ben
     assert m["tpot_ms"]["p50"]["value"] == pytest.approx(raw["median_tpot_ms"], rel=0.02)
     assert 28 < m["ttft_ms"]["p50"]["value"] < 60 and 9 < m["tpot_ms"]["p50"]["value"] < 12  # the mock's 30 / 10
     assert m["output_tok_s"] == pytest.approx(raw["output_throughput"], rel=0.25)  # windows differ (metrics.md)
-    assert (tmp_path / "res" / "vb" / x["records_file"]).is_file()
+    # round trip: the stored records give back each request's TTFT, chunk gaps and lengths as the file has them
+    lines = gzip.decompress((tmp_path / "res" / "vb" / x["records_file"]).read_bytes()).decode().splitlines()
+    recs = sorted((json.loads(line) for line in lines), key=lambda r: r["index"])
+    t0 = min(raw["start_times"])
+    for i, r in enumerate(recs):
+        assert r["sent_s"] == pytest.approx(raw["start_times"][i] - t0, abs=1e-9)
+        assert r["first_token_s"] - r["sent_s"] == pytest.approx(raw["ttfts"][i], abs=1e-9)
+        gaps = [b - a for a, b in zip(r["token_times_s"], r["token_times_s"][1:], strict=False)]
+        assert gaps == pytest.approx(raw["itls"][i], abs=1e-9)
+        assert (r["output_tokens"], r["prompt_tokens"]) == (raw["output_lens"][i], raw["input_lens"][i])
     # the same file again: the earlier point goes to history, nothing is lost
     assert _import(bench_file, tmp_path / "res").exit_code == 0
     assert list((tmp_path / "res" / "vb" / "history").glob("*.json"))

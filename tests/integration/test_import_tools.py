@@ -175,3 +175,47 @@ def test_files_the_importers_cannot_read_are_named_in_one_line_and_nothing_is_wr
     (bad / "cut.json").write_text((DATA / "guidellm-constant.json").read_text()[:5000])
     _refused(_import(bad / "cut.json", "guidellm", res), "cut.json", "not JSON")
     assert not res.exists() or not list(res.rglob("*.json"))
+
+
+def _stored_records(results: Path, sweep: str = "imp") -> dict[str, list[dict]]:
+    out = {}
+    for p in (results / sweep).glob("*.json"):
+        x = json.loads(p.read_text())
+        lines = gzip.decompress((results / sweep / x["records_file"]).read_bytes()).decode().splitlines()
+        out[x["label"]] = [json.loads(line) for line in lines]
+    return out
+
+
+def test_round_trip_the_stored_records_give_back_each_files_timings(tmp_path):
+    """What Atlas stored gives back, request by request, what the tool wrote: the TTFT from the send, each
+    chunk gap (AIPerf) or the first-to-last span (GuideLLM), the latency and the token counts."""
+    assert _import(DATA / "aiperf-poisson", "aiperf", tmp_path).exit_code == 0
+    [recs] = _stored_records(tmp_path).values()
+    by_sent = {round(r["sent_s"], 6): r for r in recs}
+    lines = [json.loads(line) for line in (DATA / "aiperf-poisson" / "profile_export.jsonl").read_text().splitlines()]
+    t0 = min(d["metadata"]["credit_issued_ns"] for d in lines)
+    assert len(recs) == len(lines)
+    for d in lines:
+        r = by_sent[round((d["metadata"]["request_start_ns"] - t0) / 1e9, 6)]
+        m = d["metrics"]
+        assert (r["first_token_s"] - r["sent_s"]) * 1e3 == pytest.approx(m["time_to_first_token"]["value"], abs=1e-6)
+        gaps = [(b - a) * 1e3 for a, b in zip(r["token_times_s"], r["token_times_s"][1:], strict=False)]
+        assert gaps == pytest.approx(m["inter_chunk_latency"]["value"], abs=1e-6)
+        assert (r["done_s"] - r["sent_s"]) * 1e3 == pytest.approx(m["request_latency"]["value"], abs=1e-6)
+        assert r["output_tokens"] == m["usage_completion_tokens"]["value"] == sum(r["chunk_tokens"])
+        assert r["prompt_tokens"] == m["usage_prompt_tokens"]["value"]
+        assert (r["scheduled_s"] * 1e9 + t0) == pytest.approx(d["metadata"]["credit_issued_ns"], abs=1e3)
+    assert _import(DATA / "guidellm-concurrent.json", "guidellm", tmp_path, "gl").exit_code == 0
+    raw = json.loads((DATA / "guidellm-concurrent.json").read_text())
+    for bench, (label, recs) in zip(raw["benchmarks"], sorted(_stored_records(tmp_path, "gl").items()), strict=True):
+        assert label.endswith(f"c={bench['config']['strategy']['streams']}")
+        t = [q["info"]["timings"] for q in bench["requests"]["successful"]]
+        t0 = min(x["targeted_start"] for x in t)
+        got = sorted(((r["scheduled_s"], r["sent_s"], r["first_token_s"], r["end_s"], r["done_s"], r["output_tokens"])
+                      for r in recs))
+        want = sorted(((x["targeted_start"] - t0, x["request_start"] - t0, x["first_token_iteration"] - t0,
+                        x["last_token_iteration"] - t0, x["request_end"] - t0, q["output_metrics"]["total_tokens"])
+                       for x, q in zip(t, bench["requests"]["successful"], strict=True)))
+        assert len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            assert g == pytest.approx(w, abs=1e-6)
