@@ -175,14 +175,18 @@ def build_site(results: list[RunResult], out_dir: Path | str, *, title: str,
           if cap_view else pd.DataFrame())
     env = _env()
     by_id = {r.run_id: r for r in results}
+    others = [p for p in (r.provenance for r in results) if p and p.engine.get("started_by_atlas") is False]
     endpoints = sorted({f"{p.engine.get('url')} serving {p.engine.get('served_model')} "
                         f"({p.engine_version or 'version unreported'})"
-                        for p in (r.provenance for r in results) if p and p.engine.get("started_by_atlas") is False})
+                        for p in others if p.engine.get("engine") != "imported"})
+    imported = sorted({f"{p.engine.get('file')} from {p.engine.get('tool')} {p.engine.get('tool_version')} "
+                       f"(sha256 {str(p.engine.get('file_sha256'))[:12]}), model {p.engine.get('served_model')}"
+                       for p in others if p.engine.get("engine") == "imported"})
     gpus = sorted(set(fr["gpu"].unique()) | (set(fc["gpu"].unique()) if len(fc) else set())) if len(fr) else []
     common = {"title": title, "version": __version__, "objectives": objectives, "constraints": constraints or [],
               "columns": table_columns(fr, not cap_view), "gpus": gpus, "slo": slo, "traffic_rps": traffic_rps,
               "cap_columns": ["status", "gpu", "engine", *CAPACITY_TABLE] if cap_view else [], "endpoints": endpoints,
-              "assets": assets, "home": home}
+              "imported": imported, "assets": assets, "home": home}
 
     def page(df: pd.DataFrame, name: str, heading: str, prefix: str = "", caps: pd.DataFrame | None = None) -> None:
         figs = []

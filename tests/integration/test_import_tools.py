@@ -124,8 +124,15 @@ def test_imported_tool_points_join_the_report_compare_and_fit(tmp_path):
     assert _import(slower, "aiperf", tmp_path / "b").exit_code == 0
     rep = CliRunner().invoke(app, ["report", str(tmp_path / "a"), "--out", str(tmp_path / "site")])
     assert rep.exit_code == 0, rep.output
-    assert "imported aiperf" in (tmp_path / "site" / "imp" / "index.html").read_text()
-    assert "imported guidellm" in (tmp_path / "site" / "gl" / "index.html").read_text()
+    index = (tmp_path / "site" / "imp" / "index.html").read_text()
+    assert "imported aiperf" in index and "1 imported file(s), measured by another tool" in index
+    assert "profile_export_aiperf.json from aiperf 0.13.0" in index and "external endpoint" not in index
+    gl = tmp_path / "site" / "gl"
+    assert "imported guidellm" in (gl / "index.html").read_text()
+    pages = [p.read_text() for p in (gl / "configs").glob("*.html")]
+    assert pages and all("Imported, measured by\nguidellm 0.8.1, not by Atlas" in p for p in pages)
+    assert all("not measured: the file has each request&#39;s first and last token times only" in p for p in pages)
+    assert not any("Kept out of the frontier: nan" in p for p in pages)
     c = CliRunner().invoke(app, ["compare", str(tmp_path / "a" / "imp"), str(tmp_path / "b" / "imp"), "--out",
                                  str(tmp_path / "cmp"), "--fail-on", "tpot_p50_ms:+20%"])
     assert c.exit_code == 1 and "tpot_p50_ms" in c.output and "regression" in c.output, c.output
@@ -211,8 +218,8 @@ def test_round_trip_the_stored_records_give_back_each_files_timings(tmp_path):
         assert label.endswith(f"c={bench['config']['strategy']['streams']}")
         t = [q["info"]["timings"] for q in bench["requests"]["successful"]]
         t0 = min(x["targeted_start"] for x in t)
-        got = sorted(((r["scheduled_s"], r["sent_s"], r["first_token_s"], r["end_s"], r["done_s"], r["output_tokens"])
-                      for r in recs))
+        got = sorted((r["scheduled_s"], r["sent_s"], r["first_token_s"], r["end_s"], r["done_s"], r["output_tokens"])
+                      for r in recs)
         want = sorted(((x["targeted_start"] - t0, x["request_start"] - t0, x["first_token_iteration"] - t0,
                         x["last_token_iteration"] - t0, x["request_end"] - t0, q["output_metrics"]["total_tokens"])
                        for x, q in zip(t, bench["requests"]["successful"], strict=True)))
