@@ -409,6 +409,8 @@ def fit_cmd(results_dir: Path = typer.Argument(Path("results")), name: str = typ
         t.add_row(g.engine, g.gpu, "/".join(g.numerics), str(g.n_points), str(g.n_configs),
                   *[f"{pct(g.fit_mape.get(k))} / {pct(g.loco_mape.get(k))}" for k in REPORTED])
     console.print(t)
+    for engine, why in sorted({(g.engine, g.assumption) for g in artifact.groups if g.assumption}):
+        console.print(f"note: {engine}: {why}", highlight=False, markup=False)
     probes = {(p.bandwidth_gb_s, p.matmul_gflop_s) for g in artifact.groups if (p := g.probe) is not None}
     console.print("training machine: " + ("; ".join(f"{bw:.1f} GB/s copy, {mm:.0f} GFLOP/s matmul" for bw, mm in sorted(probes))
                                           or "not probed (results from before Atlas probed machines)"))

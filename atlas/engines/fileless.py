@@ -30,6 +30,9 @@ class NoModelFiles:
 
 
 class FilelessAdapter:
+    # what the simulator assumes of a server whose batching Atlas does not know (a fit says so; see scheduler())
+    scheduler_guess: str | None = ("its server's own batching is not known to Atlas: simulated as vLLM V1's (a "
+                                   "2048-token budget per step), so the fitted efficiencies absorb any difference")
     cpu_spec: str | None = None
     weight_formats: frozenset[str] = frozenset()
     kv_scale_formats: frozenset[str] = frozenset()

@@ -63,6 +63,7 @@ class CalibrationGroup(BaseModel):
     loco_log_errors: dict[str, list[float]] = {}
     intervals: dict[str, dict[str, float]] = {}
     probe: HardwareProbe | None = None  # the training machine's (median of its results' probes)
+    assumption: str | None = None  # what the simulator had to assume of this engine (imported, external, mock)
 
     def efficiencies(self) -> Efficiencies:
         return Efficiencies(self.overhead_s, self.bw_eff, self.compute_eff, self.sample_s)
@@ -201,9 +202,15 @@ def fit(results: list[RunResult], name: str, spec_model: ModelSpec | None = None
                 n_configs=len({r.config.server_key() for r in rs}), training_run_ids=sorted(r.run_id for r in rs),
                 fit_mape=_mape(points, eff), loco_mape={k: mape_of(errs).get(k) for k in REPORTED},
                 envelope=_envelope(rs), loco_log_errors={k: [round(e, 5) for e in v] for k, v in errs.items()},
-                intervals=intervals, probe=median_probe(probes)))
+                intervals=intervals, probe=median_probe(probes), assumption=_assumption(engine)))
     return CalibrationArtifact(name=name, created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                                atlas_version=__version__, groups=out)
+
+
+def _assumption(engine: str) -> str | None:
+    from atlas.engines.registry import adapter
+
+    return getattr(adapter(engine), "scheduler_guess", None)
 
 
 def _held_out_units(groups: dict[tuple[str, str, str], list[tuple[RunResult, ModelSpec]]]

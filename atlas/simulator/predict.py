@@ -145,6 +145,8 @@ def predict_config(artifact: CalibrationArtifact, cfg: RunConfig, run_id: str, s
     lat = errors.get("tpot_p50_ms", 0.25)
     summary = summary.model_copy(update={n: _widen(getattr(summary, n), n, widths, lat)
                                          for n in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")})
+    if group.assumption:
+        summary = summary.model_copy(update={"warnings": [*summary.warnings, f"calibration: {group.assumption}"]})
     batch = min(cfg.server.slots, cfg.load.concurrency or cfg.server.slots)
     bound_ms = costs.roofline_s(batch, round(batch * (prompt + output / 2))) * 1e3
     tpot = summary.tpot_ms.p50.value if summary.tpot_ms else None
