@@ -1,5 +1,6 @@
-"""GuideLLM report files (`guidellm run ... --output kind=json` or yaml; the layout GuideLLM 0.8 writes: a
-report with `benchmarks`, each holding every request's `info.timings`). Each benchmark (one strategy: a
+"""GuideLLM report files (`guidellm run ... --output kind=json` or yaml, GuideLLM 0.8: each request's
+`info.timings`; and `guidellm benchmark --output-path`, GuideLLM 0.3: each request's `scheduler_info` and token
+times). Each benchmark (one strategy: a
 concurrency, a rate) becomes one point. Per request the file has when the scheduler meant to send it
 (`targeted_start`), when it was sent, its first and last token times, how many streamed iterations carried
 tokens, and its prompt and output token counts; it has no time for each chunk, so inter-token latency
@@ -21,6 +22,9 @@ from atlas.loadgen import RequestRecord
 NOTES = ["imported from GuideLLM: latency runs from when its scheduler meant to send each request "
          "(targeted_start), as Atlas's own; GuideLLM's TTFT runs from the send (request_start), so its own "
          "dispatch delay (queue_ms here) is in Atlas's TTFT and E2E and not in GuideLLM's"]
+NOTE_03_CLOSED = ("imported from GuideLLM 0.3, closed loop: its targeted_start_time is not when a stream meant to send "
+                  "(it stays at the run's start), so latency runs from the send (request start), as GuideLLM's own, "
+                  "and the client's own delay before a send is not charged")
 NO_ITL = ("the file has each request's first and last token times only, not each chunk's: ITL percentiles "
           "cannot be derived (TPOT per request can)")
 STATUS = {"successful": "ok", "errored": "tool_error", "incomplete": "incomplete_stream"}
@@ -49,69 +53,102 @@ def read_file(path: str | Path, version: str | None = None) -> list[Imported]:
 
 def _point(p: Path, k: int, b: Any, version: str | None, count: int) -> Imported:
     where = f"{p}" + (f" (benchmark {k + 1} of {count})" if count > 1 else "")
-    if not isinstance(b, dict) or not isinstance(b.get("requests"), dict) or not isinstance(b.get("config"), dict):
-        raise ImportError_(f"{where}: not a GuideLLM benchmark (no requests or config)")
-    cfg, reqs = b["config"], b["requests"]
+    if not isinstance(b, dict) or not isinstance(b.get("requests"), dict):
+        raise ImportError_(f"{where}: not a GuideLLM benchmark (no requests)")
+    # 0.8 writes config.strategy / config.backend; 0.3 wrote args.strategy / worker.backend_*
+    new_layout = isinstance(b.get("config"), dict)
+    cfg: dict[str, Any] = b["config"] if new_layout else b.get("args")  # type: ignore[assignment]
+    if not isinstance(cfg, dict):
+        raise ImportError_(f"{where}: not a GuideLLM benchmark (no config or args)")
+    reqs = b["requests"]
     lists = {k2: reqs.get(k2) or [] for k2 in STATUS}
     if not all(isinstance(v, list) for v in lists.values()):
         raise ImportError_(f"{where}: requests.successful/errored/incomplete are not lists")
     held = sum(len(v) for v in lists.values())
-    totals = ((b.get("metrics") or {}).get("request_totals") or {}) if isinstance(b.get("metrics"), dict) else {}
-    if isinstance(totals.get("total"), int) and held < totals["total"]:
+    metrics: dict[str, Any] = b["metrics"] if isinstance(b.get("metrics"), dict) else {}
+    totals = metrics.get("request_totals") or b.get("request_totals") or {}
+    if isinstance(totals, dict) and isinstance(totals.get("total"), int) and held < totals["total"]:
         raise ImportError_(f"{where}: the file holds {held} of the {totals['total']} requests GuideLLM made (a "
-                           "sample): Atlas cannot derive throughput from part of a run; save every request")
+                           "sample, --output-sampling): Atlas cannot derive throughput from part of a run; save every "
+                           "request")
     if not held:
         raise ImportError_(f"{where}: the benchmark holds no request")
-    first = next(r for v in lists.values() for r in v)
-    if not isinstance(first, dict) or not isinstance((first.get("info") or {}).get("timings"), dict):
-        raise ImportError_(f"{where}: requests without info.timings: a GuideLLM report layout this importer does "
-                           "not read (it reads what GuideLLM 0.8 writes)")
     sm: dict[str, Any] = b["scheduler_metrics"] if isinstance(b.get("scheduler_metrics"), dict) else {}
-    strategy = cfg.get("strategy") if isinstance(cfg.get("strategy"), dict) else {}
-    records = _records(where, lists, sm, open_loop=strategy.get("type_") in ("constant", "poisson"))
+    strategy: dict[str, Any] = cfg["strategy"] if isinstance(cfg.get("strategy"), dict) else {}
+    open_loop = strategy.get("type_") in ("constant", "poisson")
+    view = [(status, _timings(where, r)) for status, v in lists.items() for r in v]
+    notes = list(NOTES)
+    if not new_layout and not open_loop:
+        # 0.3's closed-loop strategies leave targeted_start_time at the run's start (or a earlier request's):
+        # not when the stream meant to send, so latency runs from the send, as GuideLLM's own
+        for _, x in view:
+            x["due"] = None
+        notes = [NOTE_03_CLOSED]
+    records = _records(where, view, sm, open_loop=open_loop)
     load = _load(where, strategy, held, records)
-    backend = cfg.get("backend") if isinstance(cfg.get("backend"), dict) else {}
-    model = backend.get("model") or first.get("info", {}).get("model") or "unknown"
-    about: dict[str, Any] = {"strategy": {k2: v for k2, v in strategy.items() if k2 != "type_"} | {
+    backend: dict[str, Any] = cfg["backend"] if isinstance(cfg.get("backend"), dict) else {}
+    worker: dict[str, Any] = b["worker"] if isinstance(b.get("worker"), dict) else {}
+    model = backend.get("model") or worker.get("backend_model") or "unknown"
+    about: dict[str, Any] = {"strategy": {k2: v for k2, v in strategy.items() if k2 not in ("type_", "start_time")} | {
         "type": strategy.get("type_")}, "benchmark_in_file": k,
-        "target": backend.get("target"), "request_format": backend.get("request_format"),
+        "target": backend.get("target") or worker.get("backend_target"),
+        "request_format": backend.get("request_format") or view[0][1]["request_type"],
+        "layout": "0.8 (info.timings)" if new_layout else "0.3 (scheduler_info)",
         "requests_in_file": {k2: len(v) for k2, v in lists.items()}}
     return Imported(tool="guidellm", tool_version=version, model=str(model), run_label=str(strategy.get("type_")),
                     load=load, records=records, started_at=_iso(b.get("start_time")), about=about,
-                    notes=list(NOTES), lacks={"itl_ms": NO_ITL})
+                    notes=notes, lacks={"itl_ms": NO_ITL})
 
 
-def _records(where: str, lists: dict[str, list[Any]], sm: dict[str, Any], open_loop: bool) -> list[RequestRecord]:
-    """Open loop: targeted_start is the schedule, so a late send is the client's lateness and judged as Atlas
+def _timings(where: str, r: Any) -> dict[str, Any]:
+    """One request's times and counts in one shape, from either layout: due (targeted start), sent, first,
+    last, end (unix s), prompt and output tokens, streamed iterations (None: not in the file), error."""
+    if not isinstance(r, dict):
+        raise ImportError_(f"{where}: a request that is not an object")
+    info = r.get("info")
+    if isinstance(info, dict) and isinstance(info.get("timings"), dict):  # 0.8
+        x = info["timings"]
+        return {"due": x.get("targeted_start"), "sent": x.get("request_start"), "first": x.get("first_token_iteration"),
+                "last": x.get("last_token_iteration"), "end": x.get("request_end"),
+                "prompt": _tokens(r.get("input_metrics")), "output": _tokens(r.get("output_metrics")),
+                "iterations": x.get("token_iterations"), "error": info.get("error"), "request_type": None}
+    si = r.get("scheduler_info")
+    if isinstance(si, dict) and "first_token_time" in r:  # 0.3
+        return {"due": si.get("targeted_start_time"), "sent": r.get("start_time") or si.get("request_start"),
+                "first": r.get("first_token_time"), "last": r.get("last_token_time"),
+                "end": r.get("end_time") or si.get("request_end"), "prompt": r.get("prompt_tokens"),
+                "output": r.get("output_tokens"), "iterations": None, "error": r.get("error"),
+                "request_type": r.get("request_type")}
+    raise ImportError_(f"{where}: requests with neither info.timings (GuideLLM 0.8) nor scheduler_info and "
+                       "first_token_time (GuideLLM 0.3): a GuideLLM layout this importer does not read")
+
+
+def _records(where: str, view: list[tuple[str, dict[str, Any]]], sm: dict[str, Any], open_loop: bool
+             ) -> list[RequestRecord]:
+    """Open loop: the targeted start is the schedule, so a late send is the client's lateness and judged as Atlas
     judges its own client's (fired = the send)."""
     try:
-        every = [(status, r) for status, v in lists.items() for r in v]
-        t = [r["info"]["timings"] for _, r in every]
-        t0 = min(float(x.get("targeted_start") or x["request_start"]) for x in t)
-        warm_end = sm.get("measure_start_time")
-        cool_start = sm.get("measure_end_time")
-        order = sorted(range(len(every)), key=lambda j: float(t[j].get("targeted_start") or t[j]["request_start"]))
+        t0 = min(float(x["due"] or x["sent"]) for _, x in view)
+        warm_end, cool_start = sm.get("measure_start_time"), sm.get("measure_end_time")
         out = []
-        for i, j in enumerate(order):
-            status, r = every[j]
-            x = t[j]
-            sent_at = x.get("request_start")
-            due = float(x.get("targeted_start") or sent_at)
+        for i, (status, x) in enumerate(sorted(view, key=lambda e: float(e[1]["due"] or e[1]["sent"]))):
+            sent_at = x["sent"]
+            due = float(x["due"] or sent_at)
             phase = ("warmup" if warm_end and sent_at and float(sent_at) < float(warm_end) else
                      "cooldown" if cool_start and sent_at and float(sent_at) > float(cool_start) else "measure")
-            prompt = _tokens(r.get("input_metrics"))
-            tokens = _tokens(r.get("output_metrics")) or int(x.get("token_iterations") or 0)
+            prompt = None if x["prompt"] is None else int(x["prompt"])
+            tokens = int(x["output"] or x["iterations"] or 0)
             sent = None if sent_at is None else float(sent_at) - t0
-            if STATUS[status] != "ok" or x.get("first_token_iteration") is None:
-                why = r.get("info", {}).get("error") or f"{status} in GuideLLM's file"
-                rec = failed_record(i, due - t0, sent, str(why), prompt, tokens, phase)
+            if STATUS[status] != "ok" or x["first"] is None or sent is None:
+                rec = failed_record(i, due - t0, sent, str(x["error"] or f"{status} in GuideLLM's file"), prompt,
+                                    tokens, phase)
                 rec.status = STATUS[status] if STATUS[status] != "ok" else "incomplete_stream"
                 out.append(rec)
                 continue
-            assert sent is not None
-            first, last = float(x["first_token_iteration"]), float(x.get("last_token_iteration") or x["first_token_iteration"])
-            gaps = [last - first] if int(x.get("token_iterations") or 1) > 1 and last > first else []
-            end = x.get("request_end")
+            first, last = float(x["first"]), float(x["last"] or x["first"])
+            many = int(x["iterations"]) > 1 if x["iterations"] is not None else tokens > 1
+            gaps = [last - first] if many and last > first else []
+            end = x["end"]
             out.append(stream_record(i, due - t0, sent, first - float(sent_at), gaps, tokens,
                                      float(end) - float(sent_at) if end is not None else None, prompt, tokens, phase,
                                      fired=sent if open_loop else None))

@@ -80,6 +80,32 @@ def test_a_late_guidellm_client_on_an_open_loop_is_called_client_bound(tmp_path)
     assert x["status"] == "invalid" and x["reasons"][0].startswith("client-bound (guidellm's own client): send late")
 
 
+def test_a_guidellm_0_3_report_is_read_too(tmp_path):
+    """GuideLLM 0.3's layout (scheduler_info, token times per request; no version in the file). Its closed-loop
+    targeted_start_time stays at the run's start, so latency runs from the send there, as GuideLLM's own."""
+    raw = json.loads((DATA / "guidellm03-concurrent.json").read_text())
+    r = _import(DATA / "guidellm03-concurrent.json", "guidellm", tmp_path, "imp", "--tool-version", "0.3.1")
+    assert r.exit_code == 0, r.output
+    pts = _points(tmp_path)
+    assert sorted(pts) == [1, 4]
+    for bench in raw["benchmarks"]:
+        x = pts[bench["args"]["strategy"]["streams"]]
+        assert x["status"] == "ok", x["reasons"]
+        eng = x["provenance"]["engine"]
+        assert eng["layout"] == "0.3 (scheduler_info)" and eng["tool_version"] == "0.3.1"
+        assert any("GuideLLM 0.3, closed loop" in w for w in x["metrics"]["warnings"])
+        m, tool = x["metrics"], bench["metrics"]
+        assert m["itl_ms"] is None
+        assert _p50(m, "ttft_ms") == pytest.approx(tool["time_to_first_token_ms"]["successful"]["median"], rel=0.05)
+        assert _p50(m, "tpot_ms") == pytest.approx(tool["inter_token_latency_ms"]["successful"]["median"], rel=0.02)
+        assert m["output_tok_s"] == pytest.approx(tool["output_tokens_per_second"]["successful"]["mean"], rel=0.05)
+    # its constant rate sent hundreds of ms behind its own schedule: invalid, not a 165 ms TTFT
+    assert _import(DATA / "guidellm03-constant.json", "guidellm", tmp_path, "c").exit_code == 0
+    [x] = _points(tmp_path, "c").values()
+    assert x["status"] == "invalid" and x["reasons"][0].startswith("client-bound (guidellm's own client)")
+    assert x["provenance"]["engine"]["tool_version"] == "not in the file"
+
+
 @pytest.mark.parametrize("given", ["aiperf-concurrency", "aiperf-concurrency/profile_export.jsonl",
                                    "aiperf-concurrency/profile_export_aiperf.json"])
 def test_an_aiperf_run_is_read_from_its_folder_or_either_file(tmp_path, given):
