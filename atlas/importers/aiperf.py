@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from atlas.importers.common import Imported, ImportError_, failed_record, load_point, stream_record
+from atlas.importers.common import Imported, ImportError_, failed_record, load_point, read_text, stream_record
 from atlas.knobs import LoadMode
 from atlas.loadgen import RequestRecord
 
@@ -80,25 +80,17 @@ def read_file(path: str | Path, version: str | None = None) -> list[Imported]:
 
 
 def _json(p: Path, what: str) -> Any:
+    text = read_text(p, f"{what} is not there (AIPerf writes {RECORDS} and {SUMMARY} side by side; the summary "
+                        "says the load)")
     try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ImportError_(f"{p}: {what} is not there (AIPerf writes {RECORDS} and {SUMMARY} side by side; the "
-                           "summary says the load)") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ImportError_(f"{p}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+        return json.loads(text)
     except ValueError as e:
         raise ImportError_(f"{p}: not {what} (not JSON: {e})") from None
 
 
 def _lines(p: Path) -> list[dict[str, Any]]:
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ImportError_(f"{p}: AIPerf's per-request records are not there (run with the default "
-                           "--export-level, which writes them)") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ImportError_(f"{p}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    text = read_text(p, "AIPerf's per-request records are not there (run with the default --export-level, which "
+                        "writes them)")
     out = []
     for no, line in enumerate(text.splitlines(), 1):
         if not line.strip():

@@ -51,6 +51,19 @@ class Imported:
     files: list[Path] = field(default_factory=list)  # the files it came from, where not only the one named
 
 
+def read_text(p: Path, missing: str | None = None) -> str:
+    """A file's text, or ImportError_ naming it: `missing` (what to say of a file that is not there) or why it
+    cannot be read."""
+    try:
+        return p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if missing is None:
+            raise ImportError_(f"{p}: cannot read: no such file") from None
+        raise ImportError_(f"{p}: {missing}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ImportError_(f"{p}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+
+
 def stream_record(i: int, scheduled: float, sent: float, ttft: float, gaps: list[float], tokens: int,
                   latency: float | None, prompt_tokens: int | None, requested: int, phase: str = "measure",
                   fired: float | None = None) -> RequestRecord:

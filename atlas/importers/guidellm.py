@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from atlas.importers.common import Imported, ImportError_, failed_record, load_point, stream_record
+from atlas.importers.common import Imported, ImportError_, failed_record, load_point, read_text, stream_record
 from atlas.knobs import LoadMode
 from atlas.loadgen import RequestRecord
 
@@ -32,10 +32,7 @@ STATUS = {"successful": "ok", "errored": "tool_error", "incomplete": "incomplete
 
 def read_file(path: str | Path, version: str | None = None) -> list[Imported]:
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ImportError_(f"{p}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    text = read_text(p)
     try:
         doc = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as e:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from atlas.config import LoadPoint
-from atlas.importers.common import Imported, ImportError_, failed_record, load_point, stream_record
+from atlas.importers.common import Imported, ImportError_, failed_record, load_point, read_text, stream_record
 from atlas.knobs import LoadMode
 from atlas.loadgen import RequestRecord
 
@@ -23,10 +23,7 @@ NOTES = ["imported from vllm bench serve: each request is timed from when the to
 
 def read_file(path: str | Path, version: str | None = None) -> list[Imported]:
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ImportError_(f"{p}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    text = read_text(p)
     try:
         docs = [json.loads(text)]
     except ValueError:
