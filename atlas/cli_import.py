@@ -12,8 +12,9 @@ console = Console(soft_wrap=True)
 err = Console(stderr=True)
 
 
-def import_cmd(file: Path = typer.Argument(..., help="the tool's result file (AIPerf: its artifact folder, "
-                                                    "profile_export.jsonl or profile_export_aiperf.json)"),
+def import_cmd(files: list[Path] = typer.Argument(..., help="the tool's result files (AIPerf: an artifact folder, a "
+                                                           "sweep's folder of them, profile_export.jsonl or "
+                                                           "profile_export_aiperf.json)"),
                from_: str = typer.Option(..., "--from", help="the tool that wrote it: vllm-bench (vllm bench serve "
                                                               "--save-result --save-detailed), guidellm (guidellm run "
                                                               "--output kind=json|yaml), aiperf (aiperf profile "
@@ -38,9 +39,11 @@ def import_cmd(file: Path = typer.Argument(..., help="the tool's result file (AI
         s = load_spec(spec) if spec is not None else None
         if gpu is None and s is None:
             raise SpecError("--gpu: name the GPU the file was measured on (or give a --spec with a gpu)")
-        points = read(from_, str(file), version=tool_version)
-        stored = write_imported(points, file, sweep, results, gpu or (s.gpu if s else "cpu"), price_provider,
-                                s.model if s else None)
+        # every file is read before anything is written: one that cannot be read stops the import whole
+        read_all = [(f, read(from_, str(f), version=tool_version)) for f in files]
+        stored = [r for f, points in read_all
+                  for r in write_imported(points, f, sweep, results, gpu or (s.gpu if s else "cpu"), price_provider,
+                                          s.model if s else None)]
     except (ImportError_, ResultError, HardwareError, SpecError, OSError, ValueError) as e:
         err.print(f"[bold red]error:[/] {escape(str(e).splitlines()[0])}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None

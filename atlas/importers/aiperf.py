@@ -40,7 +40,19 @@ def pair(path: Path) -> tuple[Path, Path]:
 
 
 def read_file(path: str | Path, version: str | None = None) -> list[Imported]:
-    records_path, summary_path = pair(Path(path))
+    """The points of one AIPerf run, or of every run under a folder that holds no run itself (a sweep's
+    artifact tree: each variation and trial in a folder of its own)."""
+    p = Path(path)
+    if p.is_dir() and not (p / RECORDS).exists() and not (p / SUMMARY).exists():
+        runs = sorted(f.parent for f in p.rglob(SUMMARY))
+        if not runs:
+            raise ImportError_(f"{p}: no AIPerf run in this folder or below it (no {SUMMARY})")
+        return [pt for run in runs for pt in _read_run(run, version)]
+    return _read_run(p, version)
+
+
+def _read_run(path: Path, version: str | None) -> list[Imported]:
+    records_path, summary_path = pair(path)
     summary = _json(summary_path, "the AIPerf summary")
     if not isinstance(summary, dict) or "aiperf_version" not in summary or "input_config" not in summary:
         raise ImportError_(f"{summary_path}: not an AIPerf summary (no aiperf_version or input_config; another "

@@ -255,3 +255,21 @@ def test_round_trip_the_stored_records_give_back_each_files_timings(tmp_path):
         assert len(got) == len(want)
         for g, w in zip(got, want, strict=True):
             assert g == pytest.approx(w, abs=1e-6)
+
+
+def test_many_files_and_an_aiperf_sweep_tree_import_in_one_call_or_not_at_all(tmp_path):
+    tree = tmp_path / "aiperf-sweep"
+    shutil.copytree(DATA / "aiperf-concurrency", tree / "concurrency_4")
+    shutil.copytree(DATA / "aiperf-poisson", tree / "poisson_15" / "trial-0")
+    assert _import(tree, "aiperf", tmp_path / "r").exit_code == 0
+    assert sorted(map(str, _points(tmp_path / "r"))) == ["15.0", "4"]
+    r = _import(DATA / "guidellm-concurrent.json", "guidellm", tmp_path / "g", "imp", str(DATA / "guidellm-constant.json"))
+    # (the second FILE follows the options here: typer takes it as the FILES argument's next value)
+    assert r.exit_code == 0, r.output
+    assert sorted(map(str, _points(tmp_path / "g"))) == ["1", "15.0", "4"]
+    # one file that cannot be read stops the whole import before anything is written
+    (tmp_path / "cut.json").write_text("{")
+    r = _import(DATA / "guidellm-concurrent.json", "guidellm", tmp_path / "x", "imp", str(tmp_path / "cut.json"))
+    _refused(r, "cut.json")
+    assert not (tmp_path / "x").exists() or not list((tmp_path / "x").rglob("*.json"))
+    _refused(_import(tmp_path / "g", "aiperf", tmp_path / "x"), "no AIPerf run in this folder or below it")
