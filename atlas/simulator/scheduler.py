@@ -77,19 +77,25 @@ class ChunkedScheduler:
     # their streams in lockstep (every later prefill shared by all) for the whole point
     arrival_gap_s: float = 0.0
     preemptions: int = 0
-
-    def _kv_blocks(self, running: list[SimSeq], extra: dict[int, int]) -> int:
-        return sum(_blocks(s.kv_tokens + extra.get(id(s), 0), self.block_tokens) for s in running)
-
-    def _fits(self, running: list[SimSeq], extra: dict[int, int]) -> bool:
-        if self.kv_capacity_tokens is None:
-            return True
-        return self._kv_blocks(running, extra) * self.block_tokens <= self.kv_capacity_tokens
+    _used: int = 0  # KV blocks in use by the running sequences and the step being planned (plan() keeps it)
 
     def plan(self, running: list[SimSeq], waiting: deque[SimSeq]) -> Step:
-        """Chooses the next step's work; moves sequences between waiting and running (admission, preemption)."""
+        """Chooses the next step's work; moves sequences between waiting and running (admission, preemption).
+        The KV blocks in use are counted once per step and kept up to date as work is added (recounting every
+        running sequence for each one made a big GPU dry run quadratic in the batch)."""
         left = self.budget
         extra: dict[int, int] = {}  # tokens each scheduled sequence adds to the KV cache this step
+        bt = self.block_tokens
+        held = {id(s): _blocks(s.kv_tokens, bt) for s in running} if self.kv_capacity_tokens is not None else {}
+        self._used = sum(held.values())
+
+        def add(s: SimSeq, k: int) -> None:
+            extra[id(s)] = k
+            if self.kv_capacity_tokens is not None:
+                now = _blocks(s.kv_tokens + k, bt)
+                self._used += now - held.get(id(s), 0)
+                held[id(s)] = now
+
         decode: list[SimSeq] = []
         prefill: list[tuple[SimSeq, int]] = []
         preempted = False
@@ -99,11 +105,12 @@ class ChunkedScheduler:
             want = min(s.target - s.prefilled, left) if s.in_prefill else 1
             if s.in_prefill and not self.chunked and want < s.target - s.prefilled:
                 continue
-            extra[id(s)] = want
-            while self.preempt and not self._fits(running, extra):
+            add(s, want)
+            while self.preempt and not self._fits_used():
                 victim = running[-1]
                 running.remove(victim)
                 extra.pop(id(victim), None)
+                self._used -= held.pop(id(victim), 0)
                 decode = [d for d in decode if d is not victim]
                 prefill = [(p, k) for p, k in prefill if p is not victim]
                 victim.recompute, victim.prefilled = victim.generated, 0
@@ -129,17 +136,21 @@ class ChunkedScheduler:
                 break
             waiting.popleft()
             running.append(s)
-            extra[id(s)] = take
+            add(s, take)
             prefill.append((s, take))
             left -= take
         return Step(decode, prefill)
+
+    def _fits_used(self) -> bool:
+        return self.kv_capacity_tokens is None or self._used * self.block_tokens <= self.kv_capacity_tokens
 
     def admit(self, s: SimSeq, running: list[SimSeq], extra: dict[int, int], take: int) -> bool:
         """Whether a waiting sequence may start: vLLM needs KV blocks for the chunk it prefills now (decode
         blocks come later, by preemption if need be)."""
         if self.kv_capacity_tokens is None or not running:
             return True
-        return self._fits([*running, s], {**extra, id(s): take})
+        return (self._used + _blocks(s.kv_tokens + take, self.block_tokens)) * self.block_tokens <= \
+            self.kv_capacity_tokens
 
     def step_s(self, costs: StepCosts, eff: Efficiencies, step: Step) -> float:
         return eff.step_s(costs, step.tokens, step.ctx_tokens, step.sampled)
