@@ -147,7 +147,8 @@ def check_client(run: LoadRun, ttft_p50_ms: float | None, itl_p50_ms: float | No
         why.append(f"a client process {out.cpu_busy:.0%} busy")
     procs = f"{out.procs} client process{'es' if out.procs > 1 else ''}"
     if why:
-        out.client_bound = f"client-bound: {', '.join(why)} ({procs}; more with --client-procs where cores are free)"
+        out.client_bound = (f"client-bound ({run.client_name}'s own client): {', '.join(why)}" if run.client_name else
+                            f"client-bound: {', '.join(why)} ({procs}; more with --client-procs where cores are free)")
     elif out.sched_wait_share is not None and out.sched_wait_share > WAIT_WARNING:
         out.warning = (f"client delay: its event loop waited for a CPU {out.sched_wait_share:.0%} of the run "
                        f"({out.sched_wait_per_wakeup_ms or 0:.2f} ms per wake-up, {procs}): latency tails may "

@@ -75,6 +75,7 @@ class LoadRun:
     offered_rate_rps: float | None
     drain_s: float | None = None  # closed loop: when the first stream ran out of work (steady state ends)
     client: list[ProcessStats] = field(default_factory=list)  # each client process's check on itself
+    client_name: str | None = None  # whose client sent the load when not Atlas's (an imported tool's)
 
 
 def run_sync(coro):  # type: ignore[no-untyped-def]

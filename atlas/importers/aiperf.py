@@ -164,10 +164,8 @@ def _records(where: str, warm: list[dict[str, Any]], measured: list[dict[str, An
                 err = d.get("error") or {}
                 why = (err.get("message") or err.get("type") if isinstance(err, dict) else str(err)) or (
                     "cancelled by AIPerf" if m.get("was_cancelled") else "no first token in AIPerf's record")
-                rec = failed_record(i, due, sent, str(why), prompt, tokens, phase)
-                if m.get("was_cancelled"):
-                    rec.status = "cancelled"
-                out.append(rec)
+                out.append(failed_record(i, due, sent, str(why), prompt, tokens, phase,
+                                         "cancelled" if m.get("was_cancelled") else "tool_error"))
                 continue
             gaps = _value(d, "inter_chunk_latency", ms=True) or []
             latency = _value(d, "request_latency", ms=True)

@@ -23,13 +23,6 @@ from atlas.provenance import now_iso
 from atlas.results import Provenance, ResultStore, RunResult
 
 
-def _tool_client(tool: str, reason: str) -> str:
-    """A client-bound reason names the tool's client (Atlas's advice on its own client processes is not for it)."""
-    if not reason.startswith("client-bound: "):
-        return reason
-    return f"client-bound ({tool}'s own client): {reason.removeprefix('client-bound: ').split(' (')[0]}"
-
-
 class ImportError_(ValueError):  # noqa: N801 - not the builtin ImportError
     """A result file that cannot be imported; one line naming it."""
 
@@ -90,10 +83,10 @@ def stream_record(i: int, scheduled: float, sent: float, ttft: float, gaps: list
 
 
 def failed_record(i: int, scheduled: float, sent: float | None, error: str, prompt_tokens: int | None,
-                  requested: int, phase: str = "measure") -> RequestRecord:
+                  requested: int, phase: str = "measure", status: str = "tool_error") -> RequestRecord:
     """A request the tool recorded as failed, with its error."""
     return RequestRecord(index=i, phase=phase, scheduled_s=scheduled, sent_s=sent, prompt_tokens=prompt_tokens,
-                         requested_tokens=requested, status="tool_error", error=error[:300])
+                         requested_tokens=requested, status=status, error=error[:300])
 
 
 def load_point(where: str, mode: LoadMode, n: int, records: list[RequestRecord], concurrency: int | None = None,
@@ -138,13 +131,14 @@ def write_imported(points: list[Imported], source: Path, sweep: str, results: Pa
         server = ImportedKnobs(tool=p.tool, served_model=p.model, run_label=p.run_label)
         cfg = RunConfig(engine="imported", gpu=g.key, model=model, server=server, load=p.load)
         run = LoadRun(point=p.load, records=p.records, started_at_unix=0.0,
-                      wall_s=max((r.done_s or r.end_s or 0.0) for r in p.records), offered_rate_rps=p.load.rate_rps)
+                      wall_s=max((r.done_s or r.end_s or 0.0) for r in p.records), offered_rate_rps=p.load.rate_rps,
+                      client_name=p.tool)  # a late client is the tool's: Atlas's advice on its own is not for it
         summary = summarize_load(run)
         summary = summary.model_copy(update={"warnings": [*summary.warnings, *p.notes,
                                                           *(f"{m}: {why}" for m, why in p.lacks.items())],
                                              **dict.fromkeys(p.lacks)})
         status = "ok" if summary.valid else "invalid"
-        reasons = [_tool_client(p.tool, r) for r in summary.invalid_reasons]
+        reasons = list(summary.invalid_reasons)
         if summary.n_ok == 0:
             status, reasons = "failed", [f"every request failed in the file ({summary.errors})", *reasons]
         prov = Provenance(atlas_version=__version__, model_id=model.id, host_cpu=cpu_model_name(),

@@ -137,10 +137,8 @@ def _records(where: str, view: list[tuple[str, dict[str, Any]]], sm: dict[str, A
             tokens = int(x["output"] or x["iterations"] or 0)
             sent = None if sent_at is None else float(sent_at) - t0
             if STATUS[status] != "ok" or x["first"] is None or sent is None:
-                rec = failed_record(i, due - t0, sent, str(x["error"] or f"{status} in GuideLLM's file"), prompt,
-                                    tokens, phase)
-                rec.status = STATUS[status] if STATUS[status] != "ok" else "incomplete_stream"
-                out.append(rec)
+                out.append(failed_record(i, due - t0, sent, str(x["error"] or f"{status} in GuideLLM's file"), prompt,
+                                         tokens, phase, STATUS[status] if STATUS[status] != "ok" else "incomplete_stream"))
                 continue
             first, last = float(x["first"]), float(x["last"] or x["first"])
             many = int(x["iterations"]) > 1 if x["iterations"] is not None else tokens > 1
