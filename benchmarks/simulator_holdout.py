@@ -2,7 +2,10 @@
 each numerics group is held out (every third in sorted order), the rest fitted, the held-out points
 predicted. Prints one row per recording and workload kind: the mean absolute percentage error of each metric,
 the share of held-out values inside the predictions' 80% and 95% intervals (from the fit's own
-leave-one-config-out errors), and how many predictions fall below the roofline.
+leave-one-config-out errors), and how many predictions fall below the roofline. Where a recording holds
+capacity searches (capacity/*.capacity.json), each held-out config's capacity under the recorded SLO is
+predicted too (the same search on simulated points) and compared with the measured one: its error, and whether
+the predicted interval meets the measured bracket [highest rate that passed, lowest that failed).
 
     .venv/bin/python benchmarks/simulator_holdout.py                 # every recording in benchmarks/data/
     .venv/bin/python benchmarks/simulator_holdout.py benchmarks/data/cpu-smollm2-llamacpp -v
@@ -25,8 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from atlas.config import ModelSpec, load_spec  # noqa: E402
-from atlas.results import RunResult, load_results  # noqa: E402
-from atlas.simulator.fit import LEVELS, _model_of, fit, numerics_of  # noqa: E402
+from atlas.results import RunResult, load_capacities, load_results  # noqa: E402
+from atlas.simulator.capacity import predict_capacity  # noqa: E402
+from atlas.simulator.fit import LEVELS, CalibrationArtifact, _model_of, fit, numerics_of, with_facts  # noqa: E402
 from atlas.simulator.predict import predict_config  # noqa: E402
 
 METRICS = ("tpot_p50_ms", "output_tok_s", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "e2e_p90_ms")
@@ -73,7 +77,7 @@ def repeatability(measured: list[RunResult]) -> dict[str, float] | None:
     same: dict[tuple, list[RunResult]] = {}  # type: ignore[type-arg]
     for r in measured:
         lp = r.config.load
-        if lp.concurrency == 1 and lp.workload is None:
+        if lp.concurrency == 1:  # a seeded workload gives both the same requests
             ident = r.config.server.model_dump(exclude={"max_num_seqs"})
             same.setdefault((r.config.engine, repr(sorted(ident.items())), lp.model_dump_json()), []).append(r)
     diffs: dict[str, list[float]] = {k: [] for k in METRICS}
@@ -87,7 +91,34 @@ def repeatability(measured: list[RunResult]) -> dict[str, float] | None:
     return {k: float(np.mean(v)) for k, v in diffs.items() if v} or None
 
 
-def evaluate(folder: Path, verbose: bool) -> list[tuple[str, dict]]:  # type: ignore[type-arg]
+def capacity_row(folder: Path, art: CalibrationArtifact, model: ModelSpec | None, held: set[str], verbose: bool) -> dict | None:  # type: ignore[type-arg]
+    """Each held-out config's measured capacity against the capacity the calibration predicts for it under the
+    same SLO and search settings (the recording's spec with the record's own SLO and settings)."""
+    records = [c for c in load_capacities(folder)[0] if c.source == "measured" and c.server_key in held]
+    if not records:
+        return None
+    spec = load_spec(sorted(folder.glob("sweep-spec*.yaml"))[0])
+    row: dict = {"err": [], "meets": [], "n": 0, "none": []}  # type: ignore[type-arg]
+    for c in records:
+        s = spec.model_copy(update={"slo": c.slo, "capacity": c.settings})
+        cfg = c.config.model_copy(update={"model": with_facts(c.config.model, model)})
+        p = predict_capacity(art, s, cfg)
+        row["n"] += 1
+        if c.capacity_rps is None or p.capacity_rps is None:
+            row["none"].append(f"{c.label}: measured {c.capacity_rps}, predicted {p.capacity_rps}")
+            continue
+        lo, hi = p.interval_rps or (p.capacity_rps, p.capacity_rps)
+        upper = c.upper_rps if c.upper_rps is not None else math.inf
+        row["err"].append(abs(p.capacity_rps - c.capacity_rps) / c.capacity_rps)
+        row["meets"].append(lo < upper and hi >= c.capacity_rps)
+        if verbose:
+            print(f"  capacity {c.label:40s} measured {c.capacity_rps:6.3g} (next failed {c.upper_rps}) -> "
+                  f"predicted {p.capacity_rps:6.3g} [{lo:.3g}, {hi:.3g}]")
+    return row
+
+
+def evaluate(folder: Path, verbose: bool) -> tuple[list[tuple[str, dict]], dict | None]:  # type: ignore[type-arg]
+    """The held-out rows of one recording (one per workload kind) and its capacity row (None: no searches)."""
     model, source = model_facts(folder)
     results = load_results(folder)[0]
     measured = [r for r in results if r.source == "measured" and r.status in ("ok", "quality_failed")]
@@ -102,7 +133,7 @@ def evaluate(folder: Path, verbose: bool) -> list[tuple[str, dict]]:  # type: ig
             f"{k} {v * 100:.1f}%" for k, v in floor.items()) + "; a perfect model would err about 0.71x this")
     if not test or not train:
         print("  nothing to hold out")
-        return []
+        return [], None
     art = fit(train, "holdout", model)
     rows: dict[str, dict] = {}  # type: ignore[type-arg]
     for r in test:
@@ -126,7 +157,8 @@ def evaluate(folder: Path, verbose: bool) -> list[tuple[str, dict]]:  # type: ig
             print(f"  {r.label:52s} TPOT {r.metrics.value('tpot_p50_ms'):7.1f} -> {tpot:7.1f} ms  tok/s "
                   f"{r.metrics.output_tok_s:6.1f} -> {pred.metrics.output_tok_s:6.1f}  TTFT p50 "
                   f"{r.metrics.value('ttft_p50_ms'):7.1f} -> {pred.metrics.value('ttft_p50_ms'):7.1f}")
-    return [(f"{folder.name} [{kind}]", row) for kind, row in sorted(rows.items())]
+    cap = capacity_row(folder, art, model, {r.config.server_key() for r in test}, verbose)
+    return [(f"{folder.name} [{kind}]", row) for kind, row in sorted(rows.items())], cap
 
 
 def fmt(row: dict) -> list[str]:  # type: ignore[type-arg]
@@ -152,15 +184,27 @@ def main() -> None:
     args = ap.parse_args()
     folders = args.recordings or sorted(p for p in (ROOT / "benchmarks" / "data").iterdir()
                                         if p.is_dir() and any(p.glob("sweep-spec*.yaml")))
-    table = []
+    table, capacity = [], []
     for f in folders:
-        table += evaluate(f.resolve(), args.verbose)
+        rows, cap = evaluate(f.resolve(), args.verbose)
+        table += rows
+        if cap is not None:
+            capacity.append((f.name, cap))
     print("\nheld-out mean absolute % error (✗: over the target), interval coverage, predictions below the roofline:")
     head = ["recording [workload]", *HEAD, "80% covers", "95% covers", "< roofline"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for name, row in table:
         print(f"| {name} ({row['n']} points, {len(row['configs'])} configs) | " + " | ".join(fmt(row)) + " |")
+    if capacity:
+        print("\ncapacity under the recorded SLO, held-out configs: mean absolute % error (target 15%), predicted "
+              "interval meeting the measured bracket:")
+        print("| recording | configs | capacity error | interval meets the measured bracket | no capacity (either side) |")
+        print("|---|---|---|---|---|")
+        for name, row in capacity:
+            err = f"{np.mean(row['err']) * 100:.1f}%" if row["err"] else "n/a"
+            meets = f"{sum(row['meets'])} of {len(row['meets'])}" if row["meets"] else "n/a"
+            print(f"| {name} | {row['n']} | {err} | {meets} | {'; '.join(row['none']) or '-'} |")
 
 
 if __name__ == "__main__":

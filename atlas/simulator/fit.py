@@ -79,7 +79,11 @@ class CalibrationArtifact(BaseModel):
 
 
 def _model_of(r: RunResult, spec_model: ModelSpec | None) -> ModelSpec:
-    m = r.config.model
+    return with_facts(r.config.model, spec_model)
+
+
+def with_facts(m: ModelSpec, spec_model: ModelSpec | None) -> ModelSpec:
+    """`m` with the simulator's facts (parameters, layers, KV heads) from `spec_model` where it has none."""
     if m.params_b is None and spec_model is not None and spec_model.id == m.id:
         return m.model_copy(update={k: getattr(spec_model, k)
                                     for k in ("params_b", "num_layers", "num_kv_heads", "head_dim")})
