@@ -18,7 +18,7 @@ from atlas.loadgen import RequestRecord
 from atlas.simulator.features import Efficiencies, StepCosts
 
 
-@dataclass
+@dataclass(eq=False)  # an entity: compared (and found in lists) by identity, not field by field
 class SimSeq:
     rec: RequestRecord
     prompt: int
@@ -99,16 +99,19 @@ class ChunkedScheduler:
         decode: list[SimSeq] = []
         prefill: list[tuple[SimSeq, int]] = []
         preempted = False
+        gone: set[int] = set()  # ids of the sequences preempted this step (a list lookup per sequence was quadratic)
         for s in list(running):
-            if s not in running or left <= 0:
+            if left <= 0:
+                break
+            if id(s) in gone:
                 continue
             want = min(s.target - s.prefilled, left) if s.in_prefill else 1
             if s.in_prefill and not self.chunked and want < s.target - s.prefilled:
                 continue
             add(s, want)
             while self.preempt and not self._fits_used():
-                victim = running[-1]
-                running.remove(victim)
+                victim = running.pop()
+                gone.add(id(victim))
                 extra.pop(id(victim), None)
                 self._used -= held.pop(id(victim), 0)
                 decode = [d for d in decode if d is not victim]
@@ -119,7 +122,7 @@ class ChunkedScheduler:
                 preempted = True
                 if victim is s:
                     break
-            if s not in running:
+            if id(s) in gone:
                 break
             left -= want
             if s.in_prefill:

@@ -63,6 +63,19 @@ def test_vllm_preempts_the_newest_sequence_when_kv_runs_out_and_recomputes_it():
     assert seqs[-1].target == 150 + seqs[-1].recompute > 150  # its output so far is recomputed too
 
 
+def test_sequences_are_told_apart_by_identity_even_when_every_field_is_equal():
+    """Preemption takes the newest running sequence itself, not the first one equal to it field by field."""
+    rec = RequestRecord(index=0, phase="measure", scheduled_s=0, sent_s=0)
+    seqs = [SimSeq(rec=rec, prompt=150, out=40, prefilled=150, generated=1) for _ in range(3)]
+    assert seqs[0] != seqs[2] and seqs.index(seqs[2]) == 2
+    sched = ChunkedScheduler(slots=16, budget=2048, kv_capacity_tokens=3 * 160, block_tokens=16)
+    running, waiting = list(seqs), deque()
+    while not waiting:
+        for s in sched.plan(running, waiting).decode:
+            s.generated += 1
+    assert waiting[0] is seqs[2] and running == seqs[:2] and running[0] is seqs[0] and running[1] is seqs[1]
+
+
 def test_llama_slots_queue_requests_and_micro_batches_reread_the_weights():
     server = LlamaCppKnobs(max_num_seqs=1)
     costs = step_costs(SMALL, server, get_gpu("cpu"))
