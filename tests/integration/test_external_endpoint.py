@@ -227,3 +227,86 @@ def test_the_capacity_of_an_endpoint_under_the_slo_is_searched_like_any_configs(
     assert cap.config.server.engine == "external" and cap.label.startswith("external ")
     assert all(r.config.engine == "external" and r.provenance.engine["started_by_atlas"] is False
                for r in report.results)
+
+
+class _RoundRobin:
+    """A load balancer in front of replicas: each request (on its own connection) goes to the next one."""
+
+    def __init__(self, backends: list[str]):
+        import http.server
+        import itertools
+
+        turn = itertools.cycle(backends)
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or None
+                req = urllib.request.Request(next(turn) + self.path, data=body, method=self.command,
+                                             headers={k: v for k, v in self.headers.items() if k.lower() != "host"})
+                try:
+                    with urllib.request.urlopen(req, timeout=10) as r:
+                        status, data, ctype = r.status, r.read(), r.headers.get("Content-Type", "text/plain")
+                except urllib.error.HTTPError as e:
+                    status, data, ctype = e.code, e.read(), "text/plain"
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = _forward
+
+            def log_message(self, *args) -> None:  # noqa: ANN002
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_replicas_behind_one_url_are_refused_before_the_first_point(deployed, tmp_path, monkeypatch):
+    """Two identical replicas behind a round-robin balancer (same model name, same version): each /metrics read
+    may come from either, so their throughput would be two servers' at one server's price; the sweep stops in
+    one line before measuring. One replica's own URL is measured."""
+    import time
+
+    from atlas.engines.base import EngineError
+
+    monkeypatch.setattr("atlas.engines.mock.engine.launch_name", lambda model: f"{model}@deployment")
+    a = deployed()
+    time.sleep(0.05)  # two processes never start in the same hundredth of a second
+    b = deployed()
+    assert a.served_model == b.served_model
+    lb = _RoundRobin([a.base_url, b.base_url])
+    try:
+        e = ExternalEngine(lb.url, a.served_model, api_key_env="EXT_TEST_KEY", max_model_len=2048)
+        with pytest.raises(EngineError, match="answers from more than one server .*replicas behind one URL"):
+            e.start()
+        r = _sweep(tmp_path, "--endpoint", lb.url)
+        assert r.exit_code != 0 and "replicas behind one URL" in r.output
+        assert not (tmp_path / "res").exists() or not list((tmp_path / "res").rglob("*.json"))
+    finally:
+        lb.close()
+    one = ExternalEngine(a.base_url, a.served_model, api_key_env="EXT_TEST_KEY", max_model_len=2048)
+    one.start()
+    assert one.verify() is None
+
+
+def test_a_restart_at_the_same_url_and_version_is_caught_between_points(deployed, monkeypatch):
+    """Same model name, same version, a new process: only /metrics' process start time tells, and it does."""
+    import time
+
+    monkeypatch.setattr("atlas.engines.mock.engine.launch_name", lambda model: f"{model}@deployment")
+    first = deployed()
+    e = ExternalEngine(first.base_url, first.served_model, api_key_env="EXT_TEST_KEY", max_model_len=2048)
+    e.start()
+    port = first.port
+    first.stop()
+    time.sleep(0.05)
+    assert deployed(port=port).served_model == e.served_model  # restarted by its owner, nothing else changed
+    why = e.verify() or ""
+    assert "answers from another server process" in why and "restarted between points" in why

@@ -102,3 +102,23 @@ def test_the_dry_run_of_an_endpoint_plans_its_load_points_and_screens_no_memory(
                   sweep_estimate(spec, get_gpu("h100"), items, Path("/nonexistent"), None, None, False))
     out = capsys.readouterr().out
     assert "external q @ h:8000" in out and "not Atlas's to fit" in out
+
+
+def test_replicas_without_a_process_start_time_are_seen_by_a_counter_going_down():
+    """llama-server's /metrics has no process start time: two replicas behind one URL show as its generated-token
+    counter going down between reads; one server's counter only rises (other clients' traffic included)."""
+    from atlas.engines.base import EngineError
+    from atlas.engines.external.engine import ExternalEngine
+
+    def engine(counts: list[int]) -> ExternalEngine:
+        e = ExternalEngine("http://lb:8080", "m", api_key_env=None, max_model_len=1024)
+        reads = iter(counts)
+        e._http = SimpleNamespace(call=lambda path, body=None: (200, f"llamacpp:tokens_predicted_total {next(reads)}\n"))
+        e._family = ("llama.cpp", "llamacpp:tokens_predicted_total", ("llamacpp:tokens_predicted_total",))
+        return e
+
+    with pytest.raises(EngineError, match="went down between two of 8 reads.*replicas behind one URL"):
+        engine([900, 40, 900, 41, 901, 41, 902, 42])._one_server()
+    one = engine([900, 900, 905, 930, 930, 931, 960, 990])
+    one._one_server()
+    assert any("replicas behind one URL are seen only when a counter goes down" in n for n in one._notes)

@@ -22,6 +22,10 @@ NOT_STARTED = "external endpoint, not started by Atlas"
 FAMILIES = (("vllm", "vllm:generation_tokens_total", VLLM_SCRAPED),
             ("sglang", "sglang:generation_tokens_total", SGLANG_SCRAPED),
             ("llama.cpp", "llamacpp:tokens_predicted_total", LLAMACPP_SCRAPED))
+# /metrics is read this many times before the first point, each on a new connection: replicas behind a load
+# balancer answer from different processes (two replicas picked at random answer all 8 from one: p = 1/128)
+REPLICA_READS = 8
+PROCESS_START = "process_start_time_seconds"  # prometheus_client's, in vLLM's and SGLang's /metrics
 
 
 class _Http:
@@ -125,12 +129,14 @@ class ExternalEngine:
         if isinstance(served_len, int) and served_len < self.max_model_len:
             raise EngineError(f"{self.url} serves {model} with max_model_len {served_len}, less than the spec's "
                               f"model.max_model_len {self.max_model_len}: lower it in the spec", kind="launch")
-        self._fingerprint = self._identity(entry)
         metrics_status, metrics = self._http.call("/metrics")
         for family in FAMILIES:
             if metrics_status == 200 and f"\n{family[1]}" in "\n" + metrics:
                 self._family = family
                 break
+        if metrics_status == 200:
+            self._one_server()
+        self._fingerprint = self._identity(entry)
         self._about = {"models": listed[:20], "version": self._fingerprint["version"],
                        "metrics": (f"{self._family[0]} counters" if self._family[1] else
                                    "present, without a generated-token counter Atlas knows") if metrics_status == 200
@@ -150,7 +156,41 @@ class ExternalEngine:
         return [{k: m[k] for k in ("id", "root", "max_model_len", "owned_by") if k in m} for m in data]
 
     def _identity(self, entry: dict[str, Any]) -> dict[str, Any]:
-        return {"model": entry, "version": self._version()}
+        """What must not change between points: the model entry, the version and, where /metrics says it, when
+        the server process started (a restart, or another replica answering, changes it)."""
+        out = {"model": entry, "version": self._version()}
+        start = self._process_start()
+        return {**out, "process_start": start} if start is not None else out
+
+    def _process_start(self) -> float | None:
+        status, text = self._http.call("/metrics")
+        return parse_prometheus(text, (PROCESS_START,)).get(PROCESS_START) if status == 200 else None
+
+    def _one_server(self) -> None:
+        """EngineError when /metrics answers from more than one server process (replicas behind one URL): their
+        throughput is several servers' at one server's price, and their counters judge nothing. Seen by the
+        process start time (vLLM, SGLang) or by the generated-token counter going down between two reads."""
+        counter = self._family[1]
+        names = (PROCESS_START, counter) if counter else (PROCESS_START,)
+        starts: set[float] = set()
+        counts: list[float] = []
+        for _ in range(REPLICA_READS):
+            status, text = self._http.call("/metrics")
+            got = parse_prometheus(text, names) if status == 200 else {}
+            if PROCESS_START in got:
+                starts.add(got[PROCESS_START])
+            if counter and counter in got:
+                counts.append(got[counter])
+        down = any(b < a for a, b in zip(counts, counts[1:], strict=False))
+        if len(starts) > 1 or down:
+            why = (f"{len(starts)} different {PROCESS_START} in {REPLICA_READS} reads" if len(starts) > 1
+                   else f"its {counter} went down between two of {REPLICA_READS} reads")
+            raise EngineError(f"{self.url}/metrics answers from more than one server ({why}): replicas behind one "
+                              "URL; give Atlas one replica's URL (it measures, prices and compares one server)",
+                              kind="launch")
+        if not starts:
+            self._notes.append(f"no {PROCESS_START} in /metrics: replicas behind one URL are seen only when a "
+                               "counter goes down")
 
     def _version(self) -> dict[str, Any] | None:
         """/version (vLLM, SGLang), else the build and slots in llama-server's /props; None where neither is."""
@@ -174,10 +214,15 @@ class ExternalEngine:
         except EngineError as e:
             return e.reason
         now = self._identity(entry)
-        if now != self._fingerprint:
-            return (f"{self.url} changed since the sweep checked it (was {json.dumps(self._fingerprint)[:200]}, "
-                    f"now {json.dumps(now)[:200]}): redeployed between points")
-        return None
+        if now == self._fingerprint:
+            return None
+        was = self._fingerprint or {}
+        if {k: v for k, v in now.items() if k != "process_start"} == {k: v for k, v in was.items() if k != "process_start"}:
+            return (f"{self.url} answers from another server process since the sweep checked it ({PROCESS_START} "
+                    f"{was.get('process_start')}, now {now.get('process_start')}): restarted between points, or one "
+                    "of several replicas behind the URL")
+        return (f"{self.url} changed since the sweep checked it (was {json.dumps(was)[:200]}, "
+                f"now {json.dumps(now)[:200]}): redeployed between points")
 
     def alive(self) -> bool:
         return self._http.call("/v1/models")[0] == 200

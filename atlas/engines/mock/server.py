@@ -70,6 +70,7 @@ class MockServer:
         self.cache_hits = 0
         self.cache_queries = 0
         self.prompt_tokens = 0
+        self.started = time.time()  # what /metrics says as process_start_time_seconds (prometheus_client's)
         self.answers: dict[str, tuple[str, str, list[str] | None]] = {}
         for name in builtin_sets():
             for it in load_set(name):
@@ -147,7 +148,8 @@ class MockServer:
                                  f"vllm:prompt_tokens_total {self.prompt_tokens}\n"
                                  f"vllm:prefix_cache_hits_total {self.cache_hits}\n"
                                  f"vllm:prefix_cache_queries_total {self.cache_queries}\n"
-                                 f"atlas_mock_requests_total {self.count}\n")
+                                 f"atlas_mock_requests_total {self.count}\n"
+                                 f"process_start_time_seconds {self.started:.2f}\n")
 
     def _admit(self, request: web.Request) -> web.Response | None:
         if request.headers.get("X-Atlas-Probe"):
