@@ -25,7 +25,7 @@ FAMILIES = (("vllm", "vllm:generation_tokens_total", VLLM_SCRAPED),
 # /metrics is read this many times before the first point, each on a new connection: replicas behind a load
 # balancer answer from different processes (two replicas picked at random answer all 8 from one: p = 1/128)
 REPLICA_READS = 8
-PROCESS_START = "process_start_time_seconds"  # prometheus_client's, in vLLM's and SGLang's /metrics
+PROCESS_START = "process_start_time_seconds"  # prometheus_client's, in vLLM's /metrics (one API server); not SGLang's
 
 
 class _Http:
@@ -169,7 +169,7 @@ class ExternalEngine:
     def _one_server(self) -> None:
         """EngineError when /metrics answers from more than one server process (replicas behind one URL): their
         throughput is several servers' at one server's price, and their counters judge nothing. Seen by the
-        process start time (vLLM, SGLang) or by the generated-token counter going down between two reads."""
+        process start time (vLLM) or by the generated-token counter going down between two reads (SGLang, llama.cpp)."""
         counter = self._family[1]
         names = (PROCESS_START, counter) if counter else (PROCESS_START,)
         starts: set[float] = set()
