@@ -123,8 +123,12 @@ def infeasible_reason(spec: SweepSpec, gpu: GpuSpec, s: ServerKnobs, caps: Caps 
 
 
 def memory_reason(spec: SweepSpec, gpu: GpuSpec, n: Numerics, memory_utilization: float | None) -> str | None:
-    """Weights plus one max-length sequence's KV cache must fit in the memory the engine may use (a GPU
-    engine's memory screening, for adapters that want it)."""
+    """Weights, the activation reserve and one max-length sequence's KV cache must fit in the memory the engine
+    may use (a GPU engine's memory screening, for adapters that want it): the same model of vLLM's allocation as
+    the dry run's memory fit (atlas.simulator.features.kv_capacity_tokens), so a config the dry run says cannot
+    hold one sequence is never started (vLLM refuses to start then)."""
+    from atlas.simulator.features import ACTIVATION_RESERVE_GIB
+
     m = spec.model
     if m.params_b is None:
         return None
@@ -133,9 +137,9 @@ def memory_reason(spec: SweepSpec, gpu: GpuSpec, n: Numerics, memory_utilization
     if m.num_layers and m.num_kv_heads and m.head_dim:
         kv_gib = 2 * m.num_layers * m.num_kv_heads * m.head_dim * n.kv_bytes_per_elem * m.max_model_len / 2**30
     budget = gpu.memory_gib * (memory_utilization or 0.9)
-    if weights_gib + kv_gib > budget:
-        return (f"does not fit: {weights_gib:.1f} GiB of weights + {kv_gib:.2f} GiB KV for one "
-                f"{m.max_model_len}-token sequence > {budget:.1f} GiB usable on {gpu.key}")
+    if weights_gib + ACTIVATION_RESERVE_GIB + kv_gib > budget:
+        return (f"does not fit: {weights_gib:.1f} GiB of weights + {ACTIVATION_RESERVE_GIB:g} GiB reserve + "
+                f"{kv_gib:.2f} GiB KV for one {m.max_model_len}-token sequence > {budget:.1f} GiB usable on {gpu.key}")
     return None
 
 

@@ -63,3 +63,27 @@ def test_expand_covers_the_cross_product(dtypes, seqs, conc):
     items = expand(spec, get_gpu("h100"))
     assert len(items) == len(dtypes) * len(seqs) * len(conc)
     assert items == expand(spec, get_gpu("h100"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(params=st.floats(0.5, 80.0), max_len=st.sampled_from([2048, 8192, 32768, 131072]),
+       gpu=st.sampled_from(["l4", "a100-40", "a100-80", "h100", "h200"]), util=st.sampled_from([None, 0.5, 0.95]),
+       quant=st.sampled_from(["none", "awq", "fp8"]), kv=st.sampled_from(["auto", "fp8"]))
+def test_a_config_is_planned_exactly_when_the_dry_run_says_it_holds_one_sequence(params, max_len, gpu, util, quant,
+                                                                                   kv):
+    """The plan's memory screening and the dry run's memory fit are one model: nothing the dry run calls 'does
+    not fit' is started (vLLM would refuse to), and nothing it fits is skipped for memory."""
+    from atlas.dryrun import memory_fit
+
+    model = {**BASE["model"], "checkpoints": {"awq": "/ckpt"}, "params_b": params, "num_layers": 32,
+             "num_kv_heads": 8, "head_dim": 128, "max_model_len": max_len}
+    spec = parse_spec({**BASE, "model": model, "grid": {
+        "quantization": [quant], "dtype": ["bfloat16"], "kv_cache_dtype": [kv],
+        "gpu_memory_utilization": [util]}})
+    g = get_gpu(gpu)
+    [item] = expand(spec, g)[:1]
+    fit = memory_fit(spec, g, item.config.server)
+    skipped_for_memory = isinstance(item, SkippedRun) and item.reason.startswith("does not fit")
+    if not skipped_for_memory and isinstance(item, SkippedRun):
+        return  # skipped for another reason (e.g. FP8 weights on a GPU without them)
+    assert skipped_for_memory == fit.verdict.startswith("does not fit"), (item, fit.verdict)
