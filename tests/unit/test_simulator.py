@@ -116,6 +116,15 @@ def test_predictions_are_labelled_and_flag_extrapolation(fitted):
     assert preds[0].simulation.kv_cache_tokens == pytest.approx(1_060_000, rel=0.02)
     # measured points are not predicted again
     assert not predict_spec(art, spec, get_gpu("h100"), measured)
+    # outside the knob range alone the interval is the held-out one (leave-one-out made such extrapolations);
+    # another GPU, which leave-one-out never did, doubles it
+    (g,) = art.groups
+    knobs = parse_spec({**spec.model_dump(mode="json"), "grid": {"max_num_seqs": [256], "dtype": [Dtype.BFLOAT16]}})
+    [far] = predict_spec(art, knobs, get_gpu("h100"), measured)[:1]
+    assert far.simulation.extrapolated and not any("not measured" in r for r in far.simulation.extrapolation_reasons)
+    assert far.simulation.intervals == g.intervals
+    assert preds[0].simulation.intervals["tpot_p50_ms"]["80"] == pytest.approx(
+        min(3.0, 2 * g.intervals["tpot_p50_ms"]["80"]))
 
 
 def test_kv_memory_model_limits_concurrency():
