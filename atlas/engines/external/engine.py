@@ -134,9 +134,8 @@ class ExternalEngine:
             if metrics_status == 200 and f"\n{family[1]}" in "\n" + metrics:
                 self._family = family
                 break
-        if metrics_status == 200:
-            self._one_server()
-        self._fingerprint = self._identity(entry)
+        start = self._one_server() if metrics_status == 200 else None
+        self._fingerprint = self._identity(entry, start)
         self._about = {"models": listed[:20], "version": self._fingerprint["version"],
                        "metrics": (f"{self._family[0]} counters" if self._family[1] else
                                    "present, without a generated-token counter Atlas knows") if metrics_status == 200
@@ -155,18 +154,18 @@ class ExternalEngine:
                               kind="launch")
         return [{k: m[k] for k in ("id", "root", "max_model_len", "owned_by") if k in m} for m in data]
 
-    def _identity(self, entry: dict[str, Any]) -> dict[str, Any]:
+    def _identity(self, entry: dict[str, Any], start: float | None = None) -> dict[str, Any]:
         """What must not change between points: the model entry, the version and, where /metrics says it, when
-        the server process started (a restart, or another replica answering, changes it)."""
+        the server process started (a restart, or another replica answering, changes it); `start`: already read."""
         out = {"model": entry, "version": self._version()}
-        start = self._process_start()
+        start = start if start is not None else self._process_start()
         return {**out, "process_start": start} if start is not None else out
 
     def _process_start(self) -> float | None:
         status, text = self._http.call("/metrics")
         return parse_prometheus(text, (PROCESS_START,)).get(PROCESS_START) if status == 200 else None
 
-    def _one_server(self) -> None:
+    def _one_server(self) -> float | None:
         """EngineError when /metrics answers from more than one server process (replicas behind one URL): their
         throughput is several servers' at one server's price, and their counters judge nothing. Seen by the
         process start time (vLLM) or by the generated-token counter going down between two reads (SGLang, llama.cpp)."""
@@ -191,6 +190,7 @@ class ExternalEngine:
         if not starts:
             self._notes.append(f"no {PROCESS_START} in /metrics: replicas behind one URL are seen only when a "
                                "counter goes down")
+        return next(iter(starts), None)  # the one process's start time (the fingerprint's), or None
 
     def _version(self) -> dict[str, Any] | None:
         """/version (vLLM, SGLang), else the build and slots in llama-server's /props; None where neither is."""
