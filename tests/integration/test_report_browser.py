@@ -33,13 +33,27 @@ def _browser():
 
 
 def render(driver, page) -> int:
-    """Opens a page and waits until every embedded figure is drawn; returns how many there are."""
-    driver.get(page.as_uri())
-    want = len(driver.find_elements("css selector", "script.figdata"))
+    """Opens a page and waits until every embedded figure is drawn; returns how many there are.
+
+    chromedriver's get() can return before a file:// navigation has committed, so the figures are counted
+    only once the document is the page asked for and has finished loading (CI once counted the previous
+    page's none and then found the new page's two)."""
+    uri = page.as_uri()
+    driver.get(uri)
+
+    def loaded() -> bool:
+        return driver.execute_script("return document.readyState") == "complete" and driver.current_url == uri
+
+    def counts() -> tuple[int, int]:
+        return (len(driver.find_elements("css selector", "script.figdata")),
+                len(driver.find_elements("css selector", ".js-plotly-plot")))
+
     deadline = time.time() + 30
-    while time.time() < deadline and len(driver.find_elements("css selector", ".js-plotly-plot")) < want:
+    while time.time() < deadline and not (loaded() and counts()[1] >= counts()[0]):
         time.sleep(0.2)
-    assert len(driver.find_elements("css selector", ".js-plotly-plot")) == want
+    assert loaded(), f"{page} did not finish loading: at {driver.current_url}"
+    want, drawn = counts()
+    assert drawn == want, f"{page}: {drawn} of {want} figures drawn"
     return want
 
 
