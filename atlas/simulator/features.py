@@ -53,6 +53,10 @@ class Efficiencies:
     bw_eff: float  # achieved fraction of peak bandwidth
     compute_eff: float  # achieved fraction of peak FLOP/s
     sample_s: float = 0.0  # cost of each sequence that samples a token in the step (sampling, detokenizing, streaming)
+    # extra weight passes a micro-batch of two or more tokens costs over a one-token step, in units of one pass
+    # (llama.cpp multiplies one token by a matrix-vector kernel and more by its GEMM path; engines without
+    # such a split leave it 0)
+    multi_pass: float = 0.0
 
     def step_s(self, c: StepCosts, tokens: int, ctx_tokens: int, sampled: int = 0) -> float:
         return (self.overhead_s + self.sample_s * sampled

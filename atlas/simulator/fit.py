@@ -20,7 +20,7 @@ from atlas.metrics import LoadSummary, summarize_load
 from atlas.probe import HardwareProbe, median_probe
 from atlas.results import MEASURED, RunResult
 from atlas.simulator.features import Efficiencies, SimulatorError, step_costs
-from atlas.simulator.joint import fit_family
+from atlas.simulator.joint import DEFAULT_SHARED, fit_family
 from atlas.simulator.queue import mean_lengths, simulate
 
 ARTIFACT_VERSION = 2  # 2: held-out intervals and the machine probe (version 1 loads with neither)
@@ -51,6 +51,7 @@ class CalibrationGroup(BaseModel):
     bw_eff: float
     compute_eff: float
     sample_s: float = 0.0  # per sequence sampled per step (version 1 artifacts: none)
+    multi_pass: float = 0.0  # extra weight passes of a multi-token micro-batch (llama.cpp; artifacts before it: none)
     n_points: int
     n_configs: int
     training_run_ids: list[str]
@@ -66,7 +67,7 @@ class CalibrationGroup(BaseModel):
     assumption: str | None = None  # what the simulator had to assume of this engine (imported, external, mock)
 
     def efficiencies(self) -> Efficiencies:
-        return Efficiencies(self.overhead_s, self.bw_eff, self.compute_eff, self.sample_s)
+        return Efficiencies(self.overhead_s, self.bw_eff, self.compute_eff, self.sample_s, self.multi_pass)
 
 
 class CalibrationArtifact(BaseModel):
@@ -175,7 +176,8 @@ def fit(results: list[RunResult], name: str, spec_model: ModelSpec | None = None
     for (engine, gpu), groups in sorted(families.items()):
         if progress:
             progress(f"fitting {engine} on {gpu}: {len(groups)} numerics, {sum(map(len, groups.values()))} points")
-        effs, x = fit_family(groups, TARGETS, simulate_result)  # type: ignore[arg-type]
+        params = shared_params(engine)
+        effs, x = fit_family(groups, TARGETS, simulate_result, params=params)  # type: ignore[arg-type]
         log_errs: dict[tuple[str, str, str], dict[str, list[float]]] = {g: {k: [] for k in REPORTED} for g in groups}
         units = _held_out_units(groups) if cross_validate else []
         for g, held in units:
@@ -184,11 +186,13 @@ def fit(results: list[RunResult], name: str, spec_model: ModelSpec | None = None
             if len(groups) > SHARED_REFIT_GROUPS:
                 # one unit of one group among many barely moves the engine-wide costs: keep the full fit's and
                 # refit only this group's efficiencies (every group refitted would cost minutes per fit)
-                refit, _ = fit_family({g: train}, TARGETS, simulate_result, x0=_warm(x, groups, {g: train}),  # type: ignore[arg-type, dict-item]
-                                      max_nfev=30, shared=x[:2])
+                refit, _ = fit_family({g: train}, TARGETS, simulate_result,  # type: ignore[arg-type, dict-item]
+                                      x0=_warm(x, groups, {g: train}, len(params)), max_nfev=30,
+                                      shared=x[:len(params)], params=params)
             else:
                 part = {k: (train if k == g else pts) for k, pts in groups.items()}
-                refit, _ = fit_family(part, TARGETS, simulate_result, x0=x, max_nfev=30)  # type: ignore[arg-type]
+                refit, _ = fit_family(part, TARGETS, simulate_result, x0=x, max_nfev=30,  # type: ignore[arg-type]
+                                      params=params)
             for k, v in _log_errors(test, refit[g]).items():
                 log_errs[g][k] += v
         # intervals from the whole family's held-out errors: a group holds too few for a 95% quantile
@@ -202,13 +206,21 @@ def fit(results: list[RunResult], name: str, spec_model: ModelSpec | None = None
             eff = effs[numerics]
             out.append(CalibrationGroup(
                 engine=engine, gpu=gpu, numerics=numerics, model=points[0][1], overhead_s=eff.overhead_s,
-                bw_eff=eff.bw_eff, compute_eff=eff.compute_eff, sample_s=eff.sample_s, n_points=len(rs),
+                bw_eff=eff.bw_eff, compute_eff=eff.compute_eff, sample_s=eff.sample_s, multi_pass=eff.multi_pass,
+                n_points=len(rs),
                 n_configs=len({r.config.server_key() for r in rs}), training_run_ids=sorted(r.run_id for r in rs),
                 fit_mape=_mape(points, eff), loco_mape={k: mape_of(errs).get(k) for k in REPORTED},
                 envelope=_envelope(rs), loco_log_errors={k: [round(e, 5) for e in v] for k, v in errs.items()},
                 intervals=intervals, probe=median_probe(probes), assumption=_assumption(engine)))
     return CalibrationArtifact(name=name, created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                                atlas_version=__version__, groups=out)
+
+
+def shared_params(engine: str) -> tuple[str, ...]:
+    """The engine-wide step parameters this engine's step model prices (its adapter's `shared_step_params`)."""
+    from atlas.engines.registry import adapter
+
+    return tuple(getattr(adapter(engine), "shared_step_params", DEFAULT_SHARED))
 
 
 def _assumption(engine: str) -> str | None:
@@ -234,11 +246,12 @@ def _held_out_units(groups: dict[tuple[str, str, str], list[tuple[RunResult, Mod
     return units
 
 
-def _warm(x: np.ndarray, full: dict, part: dict) -> np.ndarray:  # type: ignore[type-arg]
-    """The full fit's solution restricted to the groups a refit keeps (its warm start)."""
+def _warm(x: np.ndarray, full: dict, part: dict, ns: int) -> np.ndarray:  # type: ignore[type-arg]
+    """The full fit's solution (`ns` shared parameters first) restricted to the groups a refit keeps (its warm
+    start)."""
     keys = sorted(full, key=repr)
     keep = [i for i, k in enumerate(keys) if k in part]
-    return np.concatenate([x[:2], *[x[2 + 2 * i:4 + 2 * i] for i in keep]])
+    return np.concatenate([x[:ns], *[x[ns + 2 * i:ns + 2 + 2 * i] for i in keep]])
 
 
 def save(artifact: CalibrationArtifact, path: Path) -> Path:

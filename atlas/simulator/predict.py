@@ -49,7 +49,7 @@ def _choose(artifact: CalibrationArtifact, cfg: RunConfig) -> tuple[Efficiencies
             reasons.append("transfer between a CPU and a GPU: efficiencies are not comparable")
     n = sum(g.n_points for g in pool)
     eff = Efficiencies(*(sum(getattr(g, f) * g.n_points for g in pool) / n
-                         for f in ("overhead_s", "bw_eff", "compute_eff", "sample_s")))
+                         for f in ("overhead_s", "bw_eff", "compute_eff", "sample_s", "multi_pass")))
     return eff, max(pool, key=lambda g: g.n_points), reasons, cross_device
 
 
@@ -110,7 +110,7 @@ def _on_this_machine(eff: Efficiencies, group: CalibrationGroup, probe: Hardware
         return eff, [f"the calibration's machine {why}: whether it is like this one is unknown"], None
     host = 1 / ratios["matmul"] if gpu.is_cpu else 1.0  # a CPU's per-step work runs as fast as its matrix rate
     moved = Efficiencies(eff.overhead_s * host, min(1.0, eff.bw_eff * ratios["bandwidth"]),
-                         min(1.0, eff.compute_eff * ratios["matmul"]), eff.sample_s * host)
+                         min(1.0, eff.compute_eff * ratios["matmul"]), eff.sample_s * host, eff.multi_pass)
     reasons = drift_reasons(ratios, drift_tolerance(group.probe, probe))
     if reasons:
         reasons.append("efficiencies scaled by the probes")

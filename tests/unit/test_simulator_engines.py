@@ -196,7 +196,7 @@ def test_the_engine_wide_fit_lets_a_numerics_measured_at_one_slot_count_predict_
     from atlas.simulator.fit import fit
     from atlas.simulator.predict import predict_config
 
-    truth = {"q8_0": Efficiencies(0.0005, 0.5, 0.3, 0.004), "q4_0": Efficiencies(0.0005, 0.4, 0.25, 0.004)}
+    truth = {"q8_0": Efficiencies(0.0005, 0.5, 0.3, 0.004, 0.8), "q4_0": Efficiencies(0.0005, 0.4, 0.25, 0.004, 0.8)}
     spec = parse_spec({"name": "j", "engine": "llamacpp", "gpu": "cpu", "model": SMALL.model_dump(mode="json"),
                        "grid": {"quantization": ["q8_0", "q4_0"], "max_num_seqs": [1, 4]},
                        "load": {"concurrency": [1, 4], "num_requests": 12, "warmup_requests": 0,
@@ -211,7 +211,36 @@ def test_the_engine_wide_fit_lets_a_numerics_measured_at_one_slot_count_predict_
     art = fit(measured, "j")
     assert {g.sample_s for g in art.groups} == {art.groups[0].sample_s}  # one per-sequence cost per engine
     assert art.groups[0].sample_s == pytest.approx(0.004, rel=0.15)
+    # and so is the extra cost of llama.cpp's multi-token GEMM path, learnt where sequences decoded together
+    assert {g.multi_pass for g in art.groups} == {art.groups[0].multi_pass}
+    assert art.groups[0].multi_pass == pytest.approx(0.8, rel=0.2)
     for r in held:
         pred = predict_config(art, r.config, r.run_id, "j")
         assert pred.metrics.value("tpot_p50_ms") == pytest.approx(r.metrics.value("tpot_p50_ms"), rel=0.05)
         assert pred.metrics.output_tok_s == pytest.approx(r.metrics.output_tok_s, rel=0.05)
+
+
+def test_llamacpp_prices_a_multi_token_micro_batch_above_a_one_token_step():
+    """One token goes through ggml's matrix-vector kernels, two or more through its GEMM path, which costs
+    `multi_pass` extra weight passes per micro-batch: the second decoding stream costs more than the third."""
+    from atlas.simulator.scheduler import SimSeq, Step
+
+    server = LlamaCppKnobs(engine="llamacpp", quantization="q8_0", max_num_seqs=4)
+    sched = SlotScheduler.of(server)
+    costs = step_costs(SMALL, server, get_gpu("cpu"))
+    eff = Efficiencies(0.0005, 0.5, 0.3, 0.002, multi_pass=0.7)
+    weights = costs.weight_bytes / (costs.bandwidth_b_s * eff.bw_eff)
+
+    def decoding(n: int) -> float:
+        seqs = [SimSeq(rec=None, prompt=1, out=8, prefilled=1) for _ in range(n)]  # type: ignore[arg-type]
+        return sched.step_s(costs, eff, Step(decode=seqs, prefill=[]))
+
+    one, two, three = decoding(1), decoding(2), decoding(3)
+    assert two - one == pytest.approx(0.7 * weights + (three - two), rel=1e-6)
+    plain = Efficiencies(0.0005, 0.5, 0.3, 0.002)  # other engines' default: no split
+    assert sched.step_s(costs, plain, Step(decode=[], prefill=[])) < one
+    # a prompt of ubatch + 1 tokens: two micro-batches, the second of one token (matrix-vector)
+    seq = SimSeq(rec=None, prompt=sched.ubatch + 1, out=8)  # type: ignore[arg-type]
+    split = sched.step_s(costs, eff, Step(decode=[], prefill=[(seq, sched.ubatch + 1)]))
+    assert split - sched.step_s(costs, plain, Step(decode=[], prefill=[(seq, sched.ubatch + 1)])) == pytest.approx(
+        0.7 * weights, rel=1e-6)

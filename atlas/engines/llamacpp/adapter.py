@@ -23,6 +23,9 @@ class LlamaCppAdapter:
     cpu_spec: str | None = "cpu-smollm2-llamacpp.yaml"
     weight_formats = frozenset(t.value for t in GgufType)
     kv_scale_formats: frozenset[str] = frozenset()
+    # what the simulator fits engine-wide (atlas.simulator.joint): its step model also prices the GEMM path's
+    # extra weight passes (atlas.engines.llamacpp.simulation)
+    shared_step_params = ("overhead_s", "sample_s", "multi_pass")
 
     def version(self) -> str | None:
         from atlas.engines.llamacpp.gguf import llama_cpp_version

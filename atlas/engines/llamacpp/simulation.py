@@ -4,7 +4,14 @@ prompt until the batch holds n_batch (--batch-size, 2048 by default) tokens, a p
 iteration when it does not fit; a request waits (deferred) while every slot (--parallel) is busy; each slot's
 context is reserved when the server starts, so nothing is ever preempted; the first request to reach an idle
 server is processed alone. llama_decode then runs the batch in
-physical micro-batches of n_ubatch (--ubatch-size, 512) tokens, each a full pass over the weights."""
+physical micro-batches of n_ubatch (--ubatch-size, 512) tokens, each a full pass over the weights.
+
+A micro-batch of one token is multiplied by ggml's matrix-vector kernels; two or more go to its matrix-matrix
+path (llamafile_sgemm declines n < 2), which costs more than a second token's arithmetic: a bare llama-server
+(q8_0, --parallel 4) stepped 8.6 / 15.5 / 22.0 ms for 1 / 2 / 4 decoding streams: 6.9 ms more for the second
+stream, 3.25 ms for each after it. The step model prices that as `multi_pass`,
+the extra weight passes of a multi-token micro-batch (shared by the engine's numerics, fitted by least squares
+with the other engine-wide costs, atlas.simulator.joint)."""
 
 from __future__ import annotations
 
@@ -34,7 +41,8 @@ class SlotScheduler(ChunkedScheduler):
 
     def step_s(self, costs: StepCosts, eff: Efficiencies, step: Step) -> float:
         passes = max(1, -(-step.tokens // self.ubatch))
+        multi = passes if step.tokens % self.ubatch != 1 else passes - 1  # micro-batches of two or more tokens
         weights = costs.weight_bytes / (costs.bandwidth_b_s * eff.bw_eff)
-        return passes * (eff.overhead_s + weights) + eff.sample_s * step.sampled + (
+        return passes * (eff.overhead_s + weights) + multi * eff.multi_pass * weights + eff.sample_s * step.sampled + (
             step.ctx_tokens * costs.kv_bytes_per_token / (costs.bandwidth_b_s * eff.bw_eff)
             + costs.flops_per_token * step.tokens / (costs.peak_flop_s * eff.compute_eff))
