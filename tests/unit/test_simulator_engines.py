@@ -239,6 +239,8 @@ def test_llamacpp_prices_a_multi_token_micro_batch_above_a_one_token_step():
     assert two - one == pytest.approx(0.7 * weights + (three - two), rel=1e-6)
     plain = Efficiencies(0.0005, 0.5, 0.3, 0.002)  # other engines' default: no split
     assert sched.step_s(costs, plain, Step(decode=[], prefill=[])) < one
+    empty = Step(decode=[], prefill=[])  # no tokens: no micro-batch of two or more
+    assert sched.step_s(costs, eff, empty) == sched.step_s(costs, plain, empty)
     # a prompt of ubatch + 1 tokens: two micro-batches, the second of one token (matrix-vector)
     seq = SimSeq(rec=None, prompt=sched.ubatch + 1, out=8)  # type: ignore[arg-type]
     split = sched.step_s(costs, eff, Step(decode=[], prefill=[(seq, sched.ubatch + 1)]))

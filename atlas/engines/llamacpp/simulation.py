@@ -41,7 +41,7 @@ class SlotScheduler(ChunkedScheduler):
 
     def step_s(self, costs: StepCosts, eff: Efficiencies, step: Step) -> float:
         passes = max(1, -(-step.tokens // self.ubatch))
-        multi = passes if step.tokens % self.ubatch != 1 else passes - 1  # micro-batches of two or more tokens
+        multi = step.tokens // self.ubatch + (step.tokens % self.ubatch >= 2)  # micro-batches of two or more tokens
         weights = costs.weight_bytes / (costs.bandwidth_b_s * eff.bw_eff)
         return passes * (eff.overhead_s + weights) + multi * eff.multi_pass * weights + eff.sample_s * step.sampled + (
             step.ctx_tokens * costs.kv_bytes_per_token / (costs.bandwidth_b_s * eff.bw_eff)
