@@ -4,6 +4,7 @@ reasons whenever it leaves the calibrated envelope (another GPU, other numerics,
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from atlas.config import SweepSpec
@@ -48,8 +49,8 @@ def _choose(artifact: CalibrationArtifact, cfg: RunConfig) -> tuple[Efficiencies
         if cross_device:
             reasons.append("transfer between a CPU and a GPU: efficiencies are not comparable")
     n = sum(g.n_points for g in pool)
-    eff = Efficiencies(*(sum(getattr(g, f) * g.n_points for g in pool) / n
-                         for f in ("overhead_s", "bw_eff", "compute_eff", "sample_s", "multi_pass")))
+    eff = Efficiencies(**{f.name: sum(getattr(g, f.name) * g.n_points for g in pool) / n
+                          for f in dataclasses.fields(Efficiencies)})
     return eff, max(pool, key=lambda g: g.n_points), reasons, cross_device
 
 

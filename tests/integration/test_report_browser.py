@@ -48,8 +48,12 @@ def render(driver, page) -> int:
         return (len(driver.find_elements("css selector", "script.figdata")),
                 len(driver.find_elements("css selector", ".js-plotly-plot")))
 
+    def ready() -> bool:
+        want, drawn = counts()
+        return loaded() and drawn >= want
+
     deadline = time.time() + 30
-    while time.time() < deadline and not (loaded() and counts()[1] >= counts()[0]):
+    while time.time() < deadline and not ready():
         time.sleep(0.2)
     assert loaded(), f"{page} did not finish loading: at {driver.current_url}"
     want, drawn = counts()
