@@ -411,6 +411,9 @@ def fit_cmd(results_dir: Path = typer.Argument(Path("results")), name: str = typ
     console.print(t)
     for engine, why in sorted({(g.engine, g.assumption) for g in artifact.groups if g.assumption}):
         console.print(f"note: {engine}: {why}", highlight=False, markup=False)
+    for engine in sorted({g.engine for g in artifact.groups if g.efficiency_key}):
+        console.print(f"note: {engine}: efficiencies fitted once per weight format, over the KV-cache formats "
+                      "measured with it (each priced by its bytes)", highlight=False, markup=False)
     probes = {(p.bandwidth_gb_s, p.matmul_gflop_s) for g in artifact.groups if (p := g.probe) is not None}
     console.print("training machine: " + ("; ".join(f"{bw:.1f} GB/s copy, {mm:.0f} GFLOP/s matmul" for bw, mm in sorted(probes))
                                           or "not probed (results from before Atlas probed machines)"))

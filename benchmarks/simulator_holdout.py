@@ -9,6 +9,7 @@ the predicted interval meets the measured bracket [highest rate that passed, low
 
     .venv/bin/python benchmarks/simulator_holdout.py                 # every recording in benchmarks/data/
     .venv/bin/python benchmarks/simulator_holdout.py benchmarks/data/cpu-smollm2-llamacpp -v
+    .venv/bin/python benchmarks/simulator_holdout.py --hold-out numerics   # numerics never measured
 
 A recording is a results folder with the sweep-spec*.yaml its sweep wrote; the model's facts (parameters,
 layers, KV heads) come from that spec, or from a spec in configs/ for the same model where the recording's
@@ -56,7 +57,16 @@ def model_facts(folder: Path) -> tuple[ModelSpec | None, str]:
     return None, "none"
 
 
-def split(measured: list[RunResult]) -> tuple[list[RunResult], list[RunResult]]:
+def split(measured: list[RunResult], unit: str = "configs") -> tuple[list[RunResult], list[RunResult]]:
+    """configs: every third server config of each numerics held out; numerics: every third numerics of each
+    engine held out whole (never measured: predicted from the engine's other numerics)."""
+    if unit == "numerics":
+        by_engine: dict[str, set[tuple[str, str, str]]] = {}
+        for r in measured:
+            by_engine.setdefault(r.config.engine, set()).add(numerics_of(r))
+        gone = {(e, n) for e, ns in by_engine.items() if len(ns) > 1 for n in sorted(ns)[::3]}
+        return ([r for r in measured if (r.config.engine, numerics_of(r)) not in gone],
+                [r for r in measured if (r.config.engine, numerics_of(r)) in gone])
     by_group: dict[tuple, list[RunResult]] = {}
     for r in measured:
         by_group.setdefault((r.config.engine, numerics_of(r)), []).append(r)
@@ -117,16 +127,17 @@ def capacity_row(folder: Path, art: CalibrationArtifact, model: ModelSpec | None
     return row
 
 
-def evaluate(folder: Path, verbose: bool) -> tuple[list[tuple[str, dict]], dict | None]:  # type: ignore[type-arg]
+def evaluate(folder: Path, verbose: bool, unit: str = "configs") -> tuple[list[tuple[str, dict]], dict | None]:  # type: ignore[type-arg]
     """The held-out rows of one recording (one per workload kind) and its capacity row (None: no searches)."""
     model, source = model_facts(folder)
     results = load_results(folder)[0]
     measured = [r for r in results if r.source == "measured" and r.status in ("ok", "quality_failed")]
     invalid = [r for r in results if r.source == "measured" and r.status == "invalid"]
-    train, test = split(measured)
+    train, test = split(measured, unit)
     print(f"\n{folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder}: {len(measured)} ok points"
           f"{f' ({len(invalid)} invalid, not used)' if invalid else ''}; fitting on {len(train)}, holding out "
-          f"{len(test)} ({len({r.config.server_key() for r in test})} server configs); model facts from {source}")
+          f"{len(test)} ({len({r.config.server_key() for r in test})} server configs, "
+          f"{len({numerics_of(r) for r in test})} numerics); model facts from {source}")
     floor = repeatability(measured)
     if floor:
         print("  repeatability (identical work on two servers, c=1): " + ", ".join(
@@ -181,12 +192,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("recordings", nargs="*", type=Path, help="results folders (default: each in benchmarks/data/)")
     ap.add_argument("-v", "--verbose", action="store_true", help="one line per held-out point")
+    ap.add_argument("--hold-out", choices=("configs", "numerics"), default="configs",
+                    help="what is held out: a third of each numerics' server configs (default), or a third of "
+                         "each engine's numerics whole (predictions for numerics never measured)")
     args = ap.parse_args()
     folders = args.recordings or sorted(p for p in (ROOT / "benchmarks" / "data").iterdir()
                                         if p.is_dir() and any(p.glob("sweep-spec*.yaml")))
     table, capacity = [], []
     for f in folders:
-        rows, cap = evaluate(f.resolve(), args.verbose)
+        rows, cap = evaluate(f.resolve(), args.verbose, args.hold_out)
         table += rows
         if cap is not None:
             capacity.append((f.name, cap))

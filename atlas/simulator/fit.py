@@ -27,6 +27,7 @@ ARTIFACT_VERSION = 2  # 2: held-out intervals and the machine probe (version 1 l
 TARGETS = ("tpot_p50_ms", "ttft_p50_ms", "e2e_p50_ms", "output_tok_s")  # fitted
 REPORTED = (*TARGETS, "ttft_p90_ms", "ttft_p99_ms", "e2e_p90_ms")  # and judged
 LEVELS = ("80", "95")  # the intervals a prediction states
+ANY_KV = "*"  # an efficiency key's KV format where the engine's efficiencies do not depend on it
 SHARED_REFIT_GROUPS = 3  # above this many numerics, leave-one-out keeps the full fit's engine-wide costs
 
 
@@ -64,6 +65,9 @@ class CalibrationGroup(BaseModel):
     loco_log_errors: dict[str, list[float]] = {}
     intervals: dict[str, dict[str, float]] = {}
     probe: HardwareProbe | None = None  # the training machine's (median of its results' probes)
+    # the numerics whose points fitted bw_eff/compute_eff with this group's (None: this group's own): an engine
+    # whose kernels do not depend on the KV-cache format (llama.cpp) fits them once per weight format
+    efficiency_key: tuple[str, str, str] | None = None
     assumption: str | None = None  # what the simulator had to assume of this engine (imported, external, mock)
 
     def efficiencies(self) -> Efficiencies:
@@ -177,33 +181,39 @@ def fit(results: list[RunResult], name: str, spec_model: ModelSpec | None = None
         if progress:
             progress(f"fitting {engine} on {gpu}: {len(groups)} numerics, {sum(map(len, groups.values()))} points")
         params = shared_params(engine)
-        effs, x = fit_family(groups, TARGETS, simulate_result, params=params)  # type: ignore[arg-type]
+        key_of = efficiency_key_of(engine)
+        pooled: dict[tuple[str, str, str], list[tuple[RunResult, ModelSpec]]] = {}
+        for numerics, points in sorted(groups.items()):
+            pooled.setdefault(key_of(numerics), []).extend(points)
+        effs, x = fit_family(pooled, TARGETS, simulate_result, params=params)  # type: ignore[arg-type]
         log_errs: dict[tuple[str, str, str], dict[str, list[float]]] = {g: {k: [] for k in REPORTED} for g in groups}
-        units = _held_out_units(groups) if cross_validate else []
+        units = _held_out_units(pooled) if cross_validate else []
         for g, held in units:
-            train = [p for p in groups[g] if p[0].run_id not in held]
-            test = [p for p in groups[g] if p[0].run_id in held]
-            if len(groups) > SHARED_REFIT_GROUPS:
+            train = [p for p in pooled[g] if p[0].run_id not in held]
+            test = [p for p in pooled[g] if p[0].run_id in held]
+            if len(pooled) > SHARED_REFIT_GROUPS:
                 # one unit of one group among many barely moves the engine-wide costs: keep the full fit's and
                 # refit only this group's efficiencies (every group refitted would cost minutes per fit)
                 refit, _ = fit_family({g: train}, TARGETS, simulate_result,  # type: ignore[arg-type, dict-item]
-                                      x0=_warm(x, groups, {g: train}, len(params)), max_nfev=30,
+                                      x0=_warm(x, pooled, {g: train}, len(params)), max_nfev=30,
                                       shared=x[:len(params)], params=params)
             else:
-                part = {k: (train if k == g else pts) for k, pts in groups.items()}
+                part = {k: (train if k == g else pts) for k, pts in pooled.items()}
                 refit, _ = fit_family(part, TARGETS, simulate_result, x0=x, max_nfev=30,  # type: ignore[arg-type]
                                       params=params)
-            for k, v in _log_errors(test, refit[g]).items():
-                log_errs[g][k] += v
+            for p in test:
+                for k, v in _log_errors([p], refit[g]).items():
+                    log_errs[numerics_of(p[0])][k] += v
         # intervals from the whole family's held-out errors: a group holds too few for a 95% quantile
-        pooled = {k: [e for g in log_errs.values() for e in g[k]] for k in REPORTED}
+        all_errs = {k: [e for g in log_errs.values() for e in g[k]] for k in REPORTED}
         intervals = {k: {lvl: w for lvl in LEVELS if (w := interval_half_width(v, int(lvl) / 100)) is not None}
-                     for k, v in pooled.items() if v}
+                     for k, v in all_errs.items() if v}
         for numerics, points in sorted(groups.items()):
             rs = [p[0] for p in points]
             errs = {k: v for k, v in log_errs[numerics].items() if v}
             probes = [r.provenance.hardware_probe for r in rs if r.provenance and r.provenance.hardware_probe]
-            eff = effs[numerics]
+            key = key_of(numerics)
+            eff = effs[key]
             out.append(CalibrationGroup(
                 engine=engine, gpu=gpu, numerics=numerics, model=points[0][1], overhead_s=eff.overhead_s,
                 bw_eff=eff.bw_eff, compute_eff=eff.compute_eff, sample_s=eff.sample_s, multi_pass=eff.multi_pass,
@@ -211,7 +221,8 @@ def fit(results: list[RunResult], name: str, spec_model: ModelSpec | None = None
                 n_configs=len({r.config.server_key() for r in rs}), training_run_ids=sorted(r.run_id for r in rs),
                 fit_mape=_mape(points, eff), loco_mape={k: mape_of(errs).get(k) for k in REPORTED},
                 envelope=_envelope(rs), loco_log_errors={k: [round(e, 5) for e in v] for k, v in errs.items()},
-                intervals=intervals, probe=median_probe(probes), assumption=_assumption(engine)))
+                intervals=intervals, probe=median_probe(probes), assumption=_assumption(engine),
+                efficiency_key=None if key == numerics else key))
     return CalibrationArtifact(name=name, created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                                atlas_version=__version__, groups=out)
 
@@ -221,6 +232,17 @@ def shared_params(engine: str) -> tuple[str, ...]:
     from atlas.engines.registry import adapter
 
     return tuple(getattr(adapter(engine), "shared_step_params", DEFAULT_SHARED))
+
+
+def efficiency_key_of(engine: str) -> Callable[[tuple[str, str, str]], tuple[str, str, str]]:
+    """Which part of a numerics sets this engine's kernel efficiencies: all of it, or (an adapter with
+    `efficiency_per_kv = False`: llama.cpp) its dtype and weight format, the KV-cache format then priced by its
+    bytes alone and the efficiencies fitted on every KV format's points of those weights."""
+    from atlas.engines.registry import adapter
+
+    if getattr(adapter(engine), "efficiency_per_kv", True):
+        return lambda n: n
+    return lambda n: (n[0], n[1], ANY_KV)
 
 
 def _assumption(engine: str) -> str | None:

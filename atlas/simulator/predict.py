@@ -15,7 +15,7 @@ from atlas.plan import PlannedRun, RunConfig, expand
 from atlas.probe import HardwareProbe, drift, drift_reasons, drift_tolerance
 from atlas.results import RunResult, SimulationInfo
 from atlas.simulator.features import Efficiencies, SimulatorError, kv_capacity_tokens, step_costs
-from atlas.simulator.fit import CalibrationArtifact, CalibrationGroup
+from atlas.simulator.fit import CalibrationArtifact, CalibrationGroup, efficiency_key_of
 from atlas.simulator.queue import mean_lengths, simulate
 
 # A prediction from other numerics, another GPU or another machine (what leave-one-out never does) has an interval
@@ -38,6 +38,13 @@ def _choose(artifact: CalibrationArtifact, cfg: RunConfig) -> tuple[Efficiencies
         return exact[0].efficiencies(), exact[0], [], False
     reasons = []
     cross_device = False
+    key = efficiency_key_of(cfg.engine)(numerics)
+    kin = [g for g in same_engine if g.gpu == cfg.gpu and g.efficiency_key == key]
+    if kin:  # the same kernels measured with another KV-cache format: their efficiencies, this format's bytes
+        best = max(kin, key=lambda g: g.n_points)
+        reasons.append(f"numerics {'/'.join(numerics)} not measured on {cfg.gpu}: efficiencies of the same weights "
+                       f"with kv {', '.join(sorted({g.numerics[2] for g in kin}))}, its own KV bytes")
+        return best.efficiencies(), best, reasons, False
     pool = [g for g in same_engine if g.gpu == cfg.gpu]
     if pool:
         reasons.append(f"numerics {'/'.join(numerics)} not measured on {cfg.gpu}: bytes model with its other fits")

@@ -246,3 +246,44 @@ def test_llamacpp_prices_a_multi_token_micro_batch_above_a_one_token_step():
     split = sched.step_s(costs, eff, Step(decode=[], prefill=[(seq, sched.ubatch + 1)]))
     assert split - sched.step_s(costs, plain, Step(decode=[], prefill=[(seq, sched.ubatch + 1)])) == pytest.approx(
         0.7 * weights, rel=1e-6)
+
+
+def test_llamacpp_fits_efficiencies_per_weight_type_and_prices_an_unmeasured_kv_type_by_its_bytes():
+    """llama.cpp's kernels are the weight type's; a KV-cache type changes only the bytes attention reads. Its
+    efficiencies are fitted once over every KV type measured with those weights, so a KV type never measured is
+    predicted from them with its own bytes (flagged as not measured), not from an average over other weights."""
+    from atlas.config import parse_spec
+    from atlas.plan import expand
+    from atlas.results import RunResult
+    from atlas.simulator.fit import fit
+    from atlas.simulator.predict import predict_config
+
+    truth = {"q8_0": Efficiencies(0.0005, 0.5, 0.3, 0.004, 0.8), "q4_0": Efficiencies(0.0005, 0.2, 0.1, 0.004, 0.8)}
+    spec = parse_spec({"name": "k", "engine": "llamacpp", "gpu": "cpu", "model": SMALL.model_dump(mode="json"),
+                       "grid": {"quantization": ["q8_0", "q4_0"], "kv_cache_dtype": ["f16", "q8_0", "q4_0"],
+                                "max_num_seqs": [1, 4]},
+                       "load": {"concurrency": [1, 4], "num_requests": 12, "warmup_requests": 0,
+                                "prompt_tokens": 64, "output_tokens": 16, "min_requests": 4, "min_duration_s": 0}})
+    measured, held = [], []
+    for item in expand(spec, get_gpu("cpu")):
+        s = item.config.server
+        costs = step_costs(SMALL, s, get_gpu("cpu"))
+        m = summarize_load(simulate(costs, truth[s.quantization.value], s, item.config.load, max_model_len=1024))
+        r = RunResult(run_id=item.run_id, sweep="k", status="ok", label="x", config=item.config, metrics=m)
+        unmeasured = (s.quantization.value, s.kv_cache_dtype.value) == ("q8_0", "q4_0")
+        (held if unmeasured else measured).append(r)
+    art = fit(measured, "k", cross_validate=False)
+    q8 = [g for g in art.groups if g.numerics[1] == "q8_0"]
+    assert sorted(g.numerics[2] for g in q8) == ["f16", "q8_0"]  # one group per measured numerics
+    assert {g.efficiency_key for g in q8} == {("-", "q8_0", "*")}
+    assert len({(g.bw_eff, g.compute_eff) for g in q8}) == 1  # fitted together
+    assert q8[0].bw_eff == pytest.approx(0.5, rel=0.1)
+    for r in held:
+        pred = predict_config(art, r.config, r.run_id, "k")
+        assert pred.simulation.extrapolated
+        assert any("same weights with kv f16, q8_0" in x for x in pred.simulation.extrapolation_reasons)
+        assert pred.metrics.value("tpot_p50_ms") == pytest.approx(r.metrics.value("tpot_p50_ms"), rel=0.05)
+    # vLLM's KV formats keep their own kernels (an fp8 KV cache runs other attention kernels): no pooling
+    from atlas.simulator.fit import efficiency_key_of
+
+    assert efficiency_key_of("vllm")(("bfloat16", "none", "fp8")) == ("bfloat16", "none", "fp8")
