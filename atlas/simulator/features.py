@@ -7,6 +7,8 @@ a decode step one token per sequence over a long context (bytes)."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from atlas.config import ModelSpec
@@ -62,6 +64,15 @@ class Efficiencies:
         return (self.overhead_s + self.sample_s * sampled
                 + (c.weight_bytes + ctx_tokens * c.kv_bytes_per_token) / (c.bandwidth_b_s * self.bw_eff)
                 + c.flops_per_token * tokens / (c.peak_flop_s * self.compute_eff))
+
+
+def pooled_efficiencies(weighted: Iterable[tuple[Efficiencies, int]]) -> Efficiencies:
+    """The point-weighted mean of each efficiency: what a prediction for numerics never measured uses (the
+    bytes model with the other numerics' kernels)."""
+    pairs = list(weighted)
+    n = sum(w for _, w in pairs)
+    return Efficiencies(**{f.name: sum(getattr(e, f.name) * w for e, w in pairs) / n
+                           for f in dataclasses.fields(Efficiencies)})
 
 
 ACTIVATION_RESERVE_GIB = 2.0  # CUDA graphs, activations and the sampler's buffers: vLLM's profiling run sees ~1-3 GiB

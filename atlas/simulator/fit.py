@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +19,7 @@ from atlas.hardware import get_gpu
 from atlas.metrics import LoadSummary, summarize_load
 from atlas.probe import HardwareProbe, median_probe
 from atlas.results import MEASURED, RunResult
-from atlas.simulator.features import Efficiencies, SimulatorError, step_costs
+from atlas.simulator.features import Efficiencies, SimulatorError, pooled_efficiencies, step_costs
 from atlas.simulator.joint import DEFAULT_SHARED, fit_family
 from atlas.simulator.queue import mean_lengths, simulate
 
@@ -68,6 +68,11 @@ class CalibrationGroup(BaseModel):
     # the numerics whose points fitted bw_eff/compute_eff with this group's (None: this group's own): an engine
     # whose kernels do not depend on the KV-cache format (llama.cpp) fits them once per weight format
     efficiency_key: tuple[str, str, str] | None = None
+    # a numerics never measured is predicted with the other numerics' pooled efficiencies: the held-out error of
+    # doing so here (each efficiency key's points predicted from the others', the same in each group of one
+    # engine x GPU), and the log half-widths of the 80% and 95% intervals it gives; empty with one key only
+    transfer_mape: dict[str, float | None] = {}
+    transfer_intervals: dict[str, dict[str, float]] = {}
     assumption: str | None = None  # what the simulator had to assume of this engine (imported, external, mock)
 
     def efficiencies(self) -> Efficiencies:
@@ -208,6 +213,9 @@ def fit(results: list[RunResult], name: str, spec_model: ModelSpec | None = None
         all_errs = {k: [e for g in log_errs.values() for e in g[k]] for k in REPORTED}
         intervals = {k: {lvl: w for lvl in LEVELS if (w := interval_half_width(v, int(lvl) / 100)) is not None}
                      for k, v in all_errs.items() if v}
+        transfer = _transfer_errors(pooled, effs)
+        transfer_intervals = {k: {lvl: w for lvl in LEVELS if (w := interval_half_width(v, int(lvl) / 100))
+                                  is not None} for k, v in transfer.items() if v}
         for numerics, points in sorted(groups.items()):
             rs = [p[0] for p in points]
             errs = {k: v for k, v in log_errs[numerics].items() if v}
@@ -222,7 +230,9 @@ def fit(results: list[RunResult], name: str, spec_model: ModelSpec | None = None
                 fit_mape=_mape(points, eff), loco_mape={k: mape_of(errs).get(k) for k in REPORTED},
                 envelope=_envelope(rs), loco_log_errors={k: [round(e, 5) for e in v] for k, v in errs.items()},
                 intervals=intervals, probe=median_probe(probes), assumption=_assumption(engine),
-                efficiency_key=None if key == numerics else key))
+                efficiency_key=None if key == numerics else key,
+                transfer_mape=mape_of(transfer) if any(transfer.values()) else {},
+                transfer_intervals=transfer_intervals))
     return CalibrationArtifact(name=name, created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                                atlas_version=__version__, groups=out)
 
@@ -249,6 +259,21 @@ def _assumption(engine: str) -> str | None:
     from atlas.engines.registry import adapter
 
     return getattr(adapter(engine), "scheduler_guess", None)
+
+
+def _transfer_errors(pooled: dict[tuple[str, str, str], list[tuple[RunResult, ModelSpec]]],
+                     effs: Mapping[Hashable, Efficiencies]) -> dict[str, list[float]]:
+    """Per reported metric, log(predicted / measured) of each efficiency key's points predicted as numerics never
+    measured are: with the point-weighted efficiencies of the family's other keys (predict._choose). None with
+    a single key: nothing to predict it from."""
+    out: dict[str, list[float]] = {k: [] for k in REPORTED}
+    if len(pooled) < 2:
+        return out
+    for key, points in pooled.items():
+        others = pooled_efficiencies((effs[k], len(pts)) for k, pts in pooled.items() if k != key)
+        for k, v in _log_errors(points, others).items():
+            out[k] += v
+    return out
 
 
 def _held_out_units(groups: dict[tuple[str, str, str], list[tuple[RunResult, ModelSpec]]]

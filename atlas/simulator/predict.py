@@ -4,7 +4,6 @@ reasons whenever it leaves the calibrated envelope (another GPU, other numerics,
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 from atlas.config import SweepSpec
@@ -14,7 +13,13 @@ from atlas.metrics import LoadSummary, MetricSummary, PercentileStat, summarize_
 from atlas.plan import PlannedRun, RunConfig, expand
 from atlas.probe import HardwareProbe, drift, drift_reasons, drift_tolerance
 from atlas.results import RunResult, SimulationInfo
-from atlas.simulator.features import Efficiencies, SimulatorError, kv_capacity_tokens, step_costs
+from atlas.simulator.features import (
+    Efficiencies,
+    SimulatorError,
+    kv_capacity_tokens,
+    pooled_efficiencies,
+    step_costs,
+)
 from atlas.simulator.fit import CalibrationArtifact, CalibrationGroup, efficiency_key_of
 from atlas.simulator.queue import mean_lengths, simulate
 
@@ -25,9 +30,10 @@ from atlas.simulator.queue import mean_lengths, simulate
 EXTRAPOLATION_WIDENING = 2.0
 
 
-def _choose(artifact: CalibrationArtifact, cfg: RunConfig) -> tuple[Efficiencies, CalibrationGroup, list[str], bool]:
-    """The efficiencies to use, the group they come from, why they extrapolate, and whether they cross
-    between a CPU and a GPU."""
+def _choose(artifact: CalibrationArtifact, cfg: RunConfig) -> tuple[Efficiencies, CalibrationGroup, list[str], str]:
+    """The efficiencies to use, the group they come from, why they extrapolate, and how far they travel:
+    "exact" (this numerics on this GPU), "kv" (its weights' efficiencies, another KV format measured), "numerics"
+    (other numerics of this GPU, pooled), "device" (another GPU) or "cpu-gpu" (between a CPU and a GPU)."""
     s = cfg.server
     numerics = s.numerics().as_tuple()
     same_engine = [g for g in artifact.groups if g.engine == cfg.engine]
@@ -35,30 +41,28 @@ def _choose(artifact: CalibrationArtifact, cfg: RunConfig) -> tuple[Efficiencies
         raise SimulatorError(f"calibration {artifact.name!r} has no fit for engine {cfg.engine!r}")
     exact = [g for g in same_engine if g.gpu == cfg.gpu and g.numerics == numerics]
     if exact:
-        return exact[0].efficiencies(), exact[0], [], False
-    reasons = []
-    cross_device = False
+        return exact[0].efficiencies(), exact[0], [], "exact"
     key = efficiency_key_of(cfg.engine)(numerics)
     kin = [g for g in same_engine if g.gpu == cfg.gpu and g.efficiency_key == key]
     if kin:  # the same kernels measured with another KV-cache format: their efficiencies, this format's bytes
         best = max(kin, key=lambda g: g.n_points)
-        reasons.append(f"numerics {'/'.join(numerics)} not measured on {cfg.gpu}: efficiencies of the same weights "
-                       f"with kv {', '.join(sorted({g.numerics[2] for g in kin}))}, its own KV bytes")
-        return best.efficiencies(), best, reasons, False
+        return best.efficiencies(), best, [
+            f"numerics {'/'.join(numerics)} not measured on {cfg.gpu}: efficiencies of the same weights with kv "
+            f"{', '.join(sorted({g.numerics[2] for g in kin}))}, its own KV bytes"], "kv"
     pool = [g for g in same_engine if g.gpu == cfg.gpu]
     if pool:
-        reasons.append(f"numerics {'/'.join(numerics)} not measured on {cfg.gpu}: bytes model with its other fits")
+        kind = "numerics"
+        reasons = [f"numerics {'/'.join(numerics)} not measured on {cfg.gpu}: bytes model with its other fits"]
     else:
         pool = [g for g in same_engine if g.numerics == numerics] or same_engine
         kinds = sorted({g.gpu for g in pool})
-        reasons.append(f"{cfg.gpu} not measured: efficiencies transferred from {', '.join(kinds)}")
-        cross_device = any(get_gpu(k).is_cpu != get_gpu(cfg.gpu).is_cpu for k in kinds)
-        if cross_device:
+        reasons = [f"{cfg.gpu} not measured: efficiencies transferred from {', '.join(kinds)}"]
+        kind = "device"
+        if any(get_gpu(k).is_cpu != get_gpu(cfg.gpu).is_cpu for k in kinds):
+            kind = "cpu-gpu"
             reasons.append("transfer between a CPU and a GPU: efficiencies are not comparable")
-    n = sum(g.n_points for g in pool)
-    eff = Efficiencies(**{f.name: sum(getattr(g, f.name) * g.n_points for g in pool) / n
-                          for f in dataclasses.fields(Efficiencies)})
-    return eff, max(pool, key=lambda g: g.n_points), reasons, cross_device
+    eff = pooled_efficiencies((g.efficiencies(), g.n_points) for g in pool)
+    return eff, max(pool, key=lambda g: g.n_points), reasons, kind
 
 
 def _envelope_reasons(group: CalibrationGroup, cfg: RunConfig) -> list[str]:
@@ -129,7 +133,8 @@ def predict_config(artifact: CalibrationArtifact, cfg: RunConfig, run_id: str, s
                    price_provider: str | None = None, probe: HardwareProbe | None = None) -> RunResult:
     """`probe`: the machine the prediction is for (a sweep's own, or this one's), when it differs from the
     calibration's."""
-    eff, group, reasons, cross_device = _choose(artifact, cfg)
+    eff, group, reasons, travel = _choose(artifact, cfg)
+    cross_device = travel == "cpu-gpu"
     outside = _envelope_reasons(group, cfg)
     model = cfg.model if cfg.model.params_b is not None else group.model.model_copy(update={"id": cfg.model.id})
     gpu = get_gpu(cfg.gpu)
@@ -146,12 +151,19 @@ def predict_config(artifact: CalibrationArtifact, cfg: RunConfig, run_id: str, s
     summary: LoadSummary = summarize_load(simulate(costs, eff, cfg.server, cfg.load,
                                                    max_model_len=cfg.model.max_model_len,
                                                    kv_capacity_tokens=capacity))
-    errors = {k: min(0.95, (v if v is not None else 0.25) * widen)
-              for k, v in (group.loco_mape if any(v is not None for v in group.loco_mape.values())
-                           else group.fit_mape).items()}
+    mape, intervals = (group.loco_mape if any(v is not None for v in group.loco_mape.values())
+                       else group.fit_mape), group.intervals
+    if travel == "numerics":
+        if group.transfer_intervals:  # what predicting each measured numerics from the others erred here
+            mape, intervals = group.transfer_mape, group.transfer_intervals
+            widen = EXTRAPOLATION_WIDENING if drifted else 1.0
+        else:
+            reasons.append("its interval is a guess: the calibration measured one numerics, so how far another's "
+                           "efficiencies carry over was never checked")
+    errors = {k: min(0.95, (v if v is not None else 0.25) * widen) for k, v in mape.items()}
     if cross_device:
         errors = {k: max(v, 0.5) for k, v in errors.items()}  # a CPU fit says little about a GPU
-    widths = {k: {lvl: min(3.0, w * widen) for lvl, w in v.items()} for k, v in group.intervals.items()}
+    widths = {k: {lvl: min(3.0, w * widen) for lvl, w in v.items()} for k, v in intervals.items()}
     if cross_device:
         widths = {k: {lvl: max(w, math.log(2)) for lvl, w in v.items()} for k, v in widths.items()}
     lat = errors.get("tpot_p50_ms", 0.25)

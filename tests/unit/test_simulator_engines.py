@@ -283,6 +283,23 @@ def test_llamacpp_fits_efficiencies_per_weight_type_and_prices_an_unmeasured_kv_
         assert pred.simulation.extrapolated
         assert any("same weights with kv f16, q8_0" in x for x in pred.simulation.extrapolation_reasons)
         assert pred.metrics.value("tpot_p50_ms") == pytest.approx(r.metrics.value("tpot_p50_ms"), rel=0.05)
+    # a weight type never measured takes the pooled efficiencies of the others, with the interval that predicting
+    # each measured weight type from the other gave here: q8_0 and q4_0 differ 2.5x in bandwidth efficiency, so
+    # it is wide, not the held-out interval of a measured numerics doubled
+    g = q8[0]
+    assert g.transfer_intervals["tpot_p50_ms"]["95"] > 0.3  # x1.35 and more
+    q6 = LlamaCppKnobs.model_validate({**held[0].config.server.model_dump(), "quantization": "q6_k",
+                                       "kv_cache_dtype": "f16"})
+    other = held[0].config.model_copy(update={"server": q6})
+    p6 = predict_config(art, other, "x", "k")
+    assert any("bytes model with its other fits" in x for x in p6.simulation.extrapolation_reasons)
+    assert p6.simulation.intervals == g.transfer_intervals
+    assert p6.simulation.relative_error["tpot_p50_ms"] == pytest.approx(g.transfer_mape["tpot_p50_ms"])
+    # from a calibration of one weight type that was never checked: said so, the doubled interval kept
+    one = fit([r for r in measured if r.config.server.quantization.value == "q8_0"], "one", cross_validate=False)
+    assert not one.groups[0].transfer_intervals
+    guess = predict_config(one, other, "x", "one")
+    assert any("interval is a guess" in x for x in guess.simulation.extrapolation_reasons)
     # vLLM's KV formats keep their own kernels (an fp8 KV cache runs other attention kernels): no pooling
     from atlas.simulator.fit import efficiency_key_of
 
