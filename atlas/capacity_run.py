@@ -30,10 +30,14 @@ def trial_of(result: RunResult, spec: SweepSpec) -> Trial:
                  in_flight=None if e2e is None else rate * e2e / 1e3)
 
 
+TRANSIENT = ("client-bound:", "host busy:")  # atlas.client_check, atlas.host_check
+
+
 def client_bound_only(result: RunResult) -> bool:
-    """Invalid only because the load client fell behind (atlas.client_check)."""
+    """Invalid only because the load client fell behind or another program took the host's CPUs: says nothing
+    of the server at this rate."""
     return (result.status == "invalid" and bool(result.reasons)
-            and all(r.startswith("client-bound:") for r in result.reasons))
+            and all(r.startswith(TRANSIENT) for r in result.reasons))
 
 
 def ladder_guess(spec: SweepSpec, ladder: list[RunResult]) -> Guess | None:
@@ -92,9 +96,8 @@ def search_capacity(spec: SweepSpec, cfg: RunConfig, ladder: list[RunResult],
     while (rate := search.next_rate(trials)) is not None:
         c = cfg.model_copy(update={"load": rate_point(spec, rate)})
         result = measure(PlannedRun(run_id=c.run_id(), config=c))
-        if client_bound_only(result):  # the client's delay says nothing of the server's: one more try
-            say(f"capacity {cfg.server.label()}: {rate:g} rps was client-bound ({result.reasons[0][:100]}); "
-                f"measuring it again")
+        if client_bound_only(result):  # the client's or the host's delay says nothing of the server's: again
+            say(f"capacity {cfg.server.label()}: {rate:g} rps was {result.reasons[0][:120]}; measuring it again")
             result = measure(PlannedRun(run_id=c.run_id(), config=c))
         points.append(result)
         by_run[result.run_id] = result

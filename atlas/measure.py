@@ -16,6 +16,7 @@ from atlas.energy import EnergyResult, EnergySampler, energy_meter, energy_of
 from atlas.engines.base import Engine, reason_from_log
 from atlas.goodput import goodput
 from atlas.hardware import GpuSpec
+from atlas.host_check import HostCheck, check_host, snapshot
 from atlas.loadgen import LoadRun, requests_of, run_load, run_sync
 from atlas.metrics import LoadSummary, repeat_stat, summarize_load
 from atlas.plan import PlannedRun, RunConfig
@@ -64,6 +65,7 @@ class _Driven:
     energy: EnergyResult
     workload: WorkloadInfo
     reuse: PrefixReuse
+    host: HostCheck | None  # what else ran on the host's CPUs meanwhile (engines Atlas started only)
 
 
 NOT_HERE = "an external endpoint: its GPU is not on this host, so no energy is measured"
@@ -111,6 +113,10 @@ class PointMeasurer:
         status, reasons = "ok", []
         if not metrics.valid:
             status, reasons = "invalid", list(metrics.invalid_reasons)
+        if d.host is not None and d.host.host_busy:
+            status, reasons = "invalid", [*reasons, d.host.host_busy]
+        elif d.host is not None and d.host.warning:
+            metrics = metrics.model_copy(update={"warnings": [*metrics.warnings, d.host.warning]})
         served, why_not = served_check(engine.served_tokens_metric, d.before, d.after, runs)
         # someone else's endpoint may serve other clients during the point (or be several replicas)
         shared, others = (shared_check(engine.served_tokens_metric, d.before, d.after, runs)
@@ -148,6 +154,7 @@ class PointMeasurer:
                            wall_s=time.monotonic() - t0, extended=extended, energy=d.energy,
                            goodput=goodput(runs, self.spec.slo) if self.spec.slo else None,
                            workload=d.workload if cfg.load.workload is not None else None, prefix_reuse=d.reuse,
+                           host=d.host,
                            log_tail=engine.log_tail(40) if status == "failed" else [])
         return result, records
 
@@ -165,6 +172,8 @@ class PointMeasurer:
         if joules is not None:
             joules.start()
         runs: list[LoadRun] = []
+        # a server elsewhere is not on this host; one of someone else's here would count as another program
+        host0 = snapshot() if engine.started_by_atlas else None
         try:
             for k in range(load.repeats):
                 runs.append(run_sync(run_load(engine.base_url, engine.served_model, load, seed_offset=k,
@@ -172,6 +181,7 @@ class PointMeasurer:
                                               plan=plans[k], procs=self.client_procs,
                                               headers=engine.request_headers)))
         finally:
+            host1 = snapshot() if host0 is not None else None
             server_metrics = sampler.result()
             samples = joules.finish() if joules is not None else []
         after = engine.scrape_metrics()
@@ -182,7 +192,8 @@ class PointMeasurer:
         if mismatch := prompt_mismatch(plans, runs):
             fit_warnings = [*fit_warnings, mismatch]
         return _Driven(runs, [summarize_load(r) for r in runs], before, after, server_metrics, fit_warnings, reset,
-                       engine.verify(), energy, plan_info(plans[0]), reuse)
+                       engine.verify(), energy, plan_info(plans[0]), reuse,
+                       check_host(host0, host1) if host0 is not None and host1 is not None else None)
 
     def _energy_meter(self) -> tuple[Any, str | None]:
         if self._energy is None:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from atlas.capacity import CapacityResult
 from atlas.energy import EnergyResult
 from atlas.goodput import Goodput
+from atlas.host_check import HostCheck
 from atlas.metrics import LoadSummary, RepeatStat
 from atlas.plan import RunConfig, SkippedRun
 from atlas.probe import HardwareProbe
@@ -118,6 +119,7 @@ class RunResult(_M):
     extended: Extension | None = None  # the point was measured again with more requests (too short at first)
     workload: WorkloadInfo | None = None  # what the point's workload planned (None: fixed, before workloads)
     prefix_reuse: PrefixReuse | None = None  # the engine's prefix-cache hits on this point
+    host: HostCheck | None = None  # what else used the host's CPUs during the load (atlas.host_check)
 
 
 def skipped_result(item: SkippedRun, sweep: str) -> RunResult:

@@ -233,3 +233,36 @@ def test_prompts_are_exact_in_the_served_tokenizer_and_requests_count_like_token
     # equal lengths: request throughput is exactly token throughput / tokens per request (docs/metrics.md)
     assert r.metrics.requests_s == pytest.approx(r.metrics.output_tok_s / 16, rel=1e-9)
     assert r.server_metrics["generation_tokens"] >= 64 * 16  # the engine's own counter saw the load
+
+
+def test_a_point_measured_while_another_program_fills_the_cpus_is_invalid_with_the_figures(tmp_path):
+    """Someone else's busy processes (their own session, not started by Atlas) on every core while the point
+    runs: its latency carries their load, so the point is invalid as host-busy, with how much was taken."""
+    import os
+    import signal
+
+    from tests.unit.test_host_check import _orphan
+
+    spec = {**SPEC, "grid": {**SPEC["grid"], "quantization": ["none"], "kv_cache_dtype": ["auto"]},
+            "quality": {"enabled": False}, "load": {**SPEC["load"], "concurrency": [4], "repeats": 1,
+                                                    "num_requests": 40}}
+    pids = []
+    try:
+        for k in range(os.cpu_count() or 1):
+            _orphan(60, tmp_path / f"burner{k}")
+            pids.append(tmp_path / f"burner{k}")
+        report, _ = run(tmp_path, mock_factory(), spec)
+    finally:
+        for p in pids:
+            while not p.exists():
+                pass
+            try:
+                os.kill(int(p.read_text()), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+    (r,) = report.results
+    assert r.status == "invalid" and any(x.startswith("host busy: other programs used") for x in r.reasons), r.reasons
+    assert r.host.others_cores > 0.5 and r.host.taken_share > 0.1
+    # and on a quiet host the same point passes, its host check recorded
+    quiet, _ = run(tmp_path / "quiet", mock_factory(), spec)
+    assert quiet.results[0].status == "ok" and quiet.results[0].host.taken_share <= 0.1, quiet.results[0].reasons
