@@ -84,7 +84,7 @@ def main() -> None:
                 sys.exit(f"run {k}: no results ({errors})")
             for r in sorted(results, key=lambda r: r.config.load.concurrency or 0):
                 rows.append((f"{f'{args.burners} x {duty:.0%} busy' if duty else 'quiet'} ({k + 1})", r))
-    print(f"| run | c | TPOT p50 ms | output tok/s | status | host: ours / others / idle / steal cores, taken |")
+    print("| run | c | TPOT p50 ms | output tok/s | status | host: ours / others / idle / steal cores, taken |")
     print("|---|---|---|---|---|---|")
     for name, r in rows:
         m, h = r.metrics, r.host
