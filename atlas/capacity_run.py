@@ -33,7 +33,7 @@ def trial_of(result: RunResult, spec: SweepSpec) -> Trial:
 TRANSIENT = ("client-bound:", "host busy:")  # atlas.client_check, atlas.host_check
 
 
-def client_bound_only(result: RunResult) -> bool:
+def transient_only(result: RunResult) -> bool:
     """Invalid only because the load client fell behind or another program took the host's CPUs: says nothing
     of the server at this rate."""
     return (result.status == "invalid" and bool(result.reasons)
@@ -96,7 +96,7 @@ def search_capacity(spec: SweepSpec, cfg: RunConfig, ladder: list[RunResult],
     while (rate := search.next_rate(trials)) is not None:
         c = cfg.model_copy(update={"load": rate_point(spec, rate)})
         result = measure(PlannedRun(run_id=c.run_id(), config=c))
-        if client_bound_only(result):  # the client's or the host's delay says nothing of the server's: again
+        if transient_only(result):  # the client's or the host's delay says nothing of the server's: again
             say(f"capacity {cfg.server.label()}: {rate:g} rps was {result.reasons[0][:120]}; measuring it again")
             result = measure(PlannedRun(run_id=c.run_id(), config=c))
         points.append(result)

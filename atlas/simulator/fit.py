@@ -264,7 +264,7 @@ def _assumption(engine: str) -> str | None:
 def _transfer_errors(pooled: dict[tuple[str, str, str], list[tuple[RunResult, ModelSpec]]],
                      effs: Mapping[Hashable, Efficiencies]) -> dict[str, list[float]]:
     """Per reported metric, log(predicted / measured) of each efficiency key's points predicted as numerics never
-    measured are: with the point-weighted efficiencies of the family's other keys (predict._choose). None with
+    measured are: with the point-weighted efficiencies of the family's other keys (predict._choose). Empty with
     a single key: nothing to predict it from."""
     out: dict[str, list[float]] = {k: [] for k in REPORTED}
     if len(pooled) < 2:
