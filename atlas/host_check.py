@@ -1,15 +1,17 @@
 """Whether other programs took the CPUs a point's engine and client needed. Atlas compares within one run
 because its hosts are shared; a point measured while something else ran on them carries that program's load in
 its latency, and the client's own check (atlas.client_check) sees only the client's delay. Around a point's load
-the sweep reads the kernel's account of all CPUs (/proc/stat: busy, idle, and stolen by the hypervisor) and the
-CPU time of Atlas's own processes: itself and the other members of its process group but its ancestors (the
-command as a shell started it, or what one launcher started in one group, e.g. a test's search workers), with every
-descendant of those (the engine it started in its own session, the client processes). What neither Atlas's processes nor the idle time explains ran elsewhere: it took CPU from the point
-where the machine had none idle for it. A point that lost more than LIMIT of the CPU time it could have had is
-invalid, "host busy: ...", with the figures; above WARN, a warning. Time the hypervisor stole is recorded and warned
-of above STEAL_WARN of the CPUs, never a verdict: on this project's 2-core VMs it is 10-25% of an I/O-bound point's
-own CPU time (the vCPUs' wake-ups from idle) and under 1% of two busy loops', so it says how the VM wakes, not that
-another program ran. Nothing is sampled while the load runs (two reads of /proc per point). Off Linux: no check."""
+the sweep reads the kernel's account of the CPUs it may run on (/proc/stat's per-CPU lines for the process's
+affinity: a container's cpuset, not the whole machine; busy, idle, and stolen by the hypervisor) and the CPU time
+of Atlas's own processes: itself and the other members of its process group but its ancestors (the command as a
+shell started it, or what one launcher started in one group, e.g. a test's search workers), with every descendant
+of those (the engine it started in its own session, the client processes). What neither Atlas's processes nor the
+idle time explains ran elsewhere: it took CPU from the point where the CPUs had none idle for it. A point that lost
+more than LIMIT of the CPU time it could have had is invalid, "host busy: ...", with the figures; above WARN, a
+warning. Time the hypervisor stole is recorded and warned of above STEAL_WARN of the CPUs, never a verdict: on this
+project's 2-core VMs it is 10-25% of an I/O-bound point's own CPU time (the vCPUs' wake-ups from idle) and under 1%
+of two busy loops', so it says how the VM wakes, not that another program ran. Nothing is sampled while the load
+runs (two reads of /proc per point). Off Linux: no check."""
 
 from __future__ import annotations
 
@@ -38,15 +40,28 @@ class CpuSnapshot:
     cpus: int
 
 
-def _stat_line() -> list[float] | None:
+def _cpu_lines(cpus: set[int] | None) -> list[float] | None:
+    """Seconds per state (user nice system idle iowait irq softirq steal) summed over the CPUs this process may
+    run on (a container's cpuset; /proc/stat counts the whole machine's), or over all of them off Linux's
+    affinity call."""
     try:
         with open(PROC / "stat") as f:
-            head = f.readline().split()
+            lines = [ln.split() for ln in f if ln.startswith("cpu")]
     except OSError:
         return None
-    if not head or head[0] != "cpu":
+    rows = [ln for ln in lines if ln[0] != "cpu" and (cpus is None or int(ln[0][3:]) in cpus)]
+    if not rows:
+        rows = [ln for ln in lines if ln[0] == "cpu"]
+    if not rows:
         return None
-    return [int(v) / _TICK for v in head[1:]] + [0.0] * (8 - len(head[1:]))
+    return [sum(int(r[i]) for r in rows if len(r) > i) / _TICK for i in range(1, 9)]
+
+
+def _affinity() -> set[int] | None:
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
 
 
 def _procs() -> dict[int, tuple[int, int, float]]:
@@ -88,12 +103,14 @@ def _tree(procs: dict[int, tuple[int, int, float]], root: int) -> dict[int, floa
 
 def snapshot(root: int | None = None) -> CpuSnapshot | None:
     """The CPUs' account and Atlas's tree's CPU time now (`root`: the tree's top, this process by default)."""
-    line = _stat_line()
+    cpus = _affinity()
+    line = _cpu_lines(cpus)
     if line is None:
         return None
-    user, nice, system, idle, iowait, irq, softirq, steal = line[:8]
+    user, nice, system, idle, iowait, irq, softirq, steal = line
     return CpuSnapshot(wall_s=time.monotonic(), busy_s=user + nice + system + irq + softirq, idle_s=idle + iowait,
-                       steal_s=steal, ours_s=_tree(_procs(), root or os.getpid()), cpus=os.cpu_count() or 1)
+                       steal_s=steal, ours_s=_tree(_procs(), root or os.getpid()),
+                       cpus=len(cpus) if cpus else os.cpu_count() or 1)
 
 
 class HostCheck(BaseModel):

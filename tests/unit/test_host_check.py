@@ -80,8 +80,8 @@ def test_the_snapshot_counts_children_as_ours_and_an_orphan_as_another_program(t
                 pass
     check = check_host(a, b)
     assert child.pid in a.ours_s and int(pidfile.read_text()) not in a.ours_s
-    # each burnt up to a core (less where the two shared one core, or a noisy host took some)
-    assert check.ours_cores >= 0.4 and check.others_cores >= 0.4
+    # each burnt up to a core (less where the two shared one core with others: a loaded host gives them less)
+    assert check.ours_cores >= 0.2 and check.others_cores >= 0.2
 
 
 def test_atlas_is_itself_its_process_group_and_their_descendants_not_its_launchers_other_children():
@@ -99,3 +99,17 @@ def test_atlas_is_itself_its_process_group_and_their_descendants_not_its_launche
         20: (1, 20, 8.0),  # a stranger
     }
     assert _tree(procs, 11) == {11: 2.0, 12: 3.0, 13: 4.0, 14: 5.0, 15: 6.0}
+
+
+def test_only_the_cpus_atlas_may_run_on_are_counted(tmp_path, monkeypatch):
+    """In a container /proc/stat counts the whole machine: the check sums the per-CPU lines of its affinity."""
+    import atlas.host_check as hc
+
+    (tmp_path / "stat").write_text(
+        "cpu  40 0 0 400 0 0 0 0 0 0\n"
+        "cpu0 10 0 0 100 0 0 0 0 0 0\ncpu1 20 0 0 100 0 0 0 1 0 0\n"
+        "cpu2 5 0 0 100 0 0 0 2 0 0\ncpu3 5 0 0 100 0 0 0 0 0 0\nintr 1 2 3\n")
+    monkeypatch.setattr(hc, "PROC", tmp_path)
+    monkeypatch.setattr(hc, "_TICK", 1)
+    assert hc._cpu_lines({1, 2}) == [25, 0, 0, 200, 0, 0, 0, 3]
+    assert hc._cpu_lines(None)[0] == 40
