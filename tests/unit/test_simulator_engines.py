@@ -187,26 +187,35 @@ def test_a_calibration_moves_to_a_machine_that_probes_differently():
     assert any("not probed" in r for r in unknown.simulation.extrapolation_reasons)
 
 
-def test_the_engine_wide_fit_lets_a_numerics_measured_at_one_slot_count_predict_another():
-    """Per-sequence cost is the engine's on this machine: learnt from q4_0 at 1 and 4 slots, it predicts q8_0 at
-    4 slots, which was measured only at 1 slot (a per-numerics fit cannot see it there)."""
+def _llama_measured(name, grid, truth):
+    """Synthetic llama.cpp measurements: each planned point of `grid` simulated with its weight type's `truth`."""
     from atlas.config import parse_spec
     from atlas.plan import expand
     from atlas.results import RunResult
-    from atlas.simulator.fit import fit
-    from atlas.simulator.predict import predict_config
 
-    truth = {"q8_0": Efficiencies(0.0005, 0.5, 0.3, 0.004, 0.8), "q4_0": Efficiencies(0.0005, 0.4, 0.25, 0.004, 0.8)}
-    spec = parse_spec({"name": "j", "engine": "llamacpp", "gpu": "cpu", "model": SMALL.model_dump(mode="json"),
-                       "grid": {"quantization": ["q8_0", "q4_0"], "max_num_seqs": [1, 4]},
+    spec = parse_spec({"name": name, "engine": "llamacpp", "gpu": "cpu", "model": SMALL.model_dump(mode="json"),
+                       "grid": grid,
                        "load": {"concurrency": [1, 4], "num_requests": 12, "warmup_requests": 0,
                                 "prompt_tokens": 64, "output_tokens": 16, "min_requests": 4, "min_duration_s": 0}})
-    measured, held = [], []
+    out = []
     for item in expand(spec, get_gpu("cpu")):
         s = item.config.server
         costs = step_costs(SMALL, s, get_gpu("cpu"))
         m = summarize_load(simulate(costs, truth[s.quantization.value], s, item.config.load, max_model_len=1024))
-        r = RunResult(run_id=item.run_id, sweep="j", status="ok", label="x", config=item.config, metrics=m)
+        out.append(RunResult(run_id=item.run_id, sweep=name, status="ok", label="x", config=item.config, metrics=m))
+    return out
+
+
+def test_the_engine_wide_fit_lets_a_numerics_measured_at_one_slot_count_predict_another():
+    """Per-sequence cost is the engine's on this machine: learnt from q4_0 at 1 and 4 slots, it predicts q8_0 at
+    4 slots, which was measured only at 1 slot (a per-numerics fit cannot see it there)."""
+    from atlas.simulator.fit import fit
+    from atlas.simulator.predict import predict_config
+
+    truth = {"q8_0": Efficiencies(0.0005, 0.5, 0.3, 0.004, 0.8), "q4_0": Efficiencies(0.0005, 0.4, 0.25, 0.004, 0.8)}
+    measured, held = [], []
+    for r in _llama_measured("j", {"quantization": ["q8_0", "q4_0"], "max_num_seqs": [1, 4]}, truth):
+        s = r.config.server
         (held if (s.quantization.value, s.max_num_seqs) == ("q8_0", 4) else measured).append(r)
     art = fit(measured, "j")
     assert {g.sample_s for g in art.groups} == {art.groups[0].sample_s}  # one per-sequence cost per engine
@@ -252,24 +261,14 @@ def test_llamacpp_fits_efficiencies_per_weight_type_and_prices_an_unmeasured_kv_
     """llama.cpp's kernels are the weight type's; a KV-cache type changes only the bytes attention reads. Its
     efficiencies are fitted once over every KV type measured with those weights, so a KV type never measured is
     predicted from them with its own bytes (flagged as not measured), not from an average over other weights."""
-    from atlas.config import parse_spec
-    from atlas.plan import expand
-    from atlas.results import RunResult
     from atlas.simulator.fit import fit
     from atlas.simulator.predict import predict_config
 
     truth = {"q8_0": Efficiencies(0.0005, 0.5, 0.3, 0.004, 0.8), "q4_0": Efficiencies(0.0005, 0.2, 0.1, 0.004, 0.8)}
-    spec = parse_spec({"name": "k", "engine": "llamacpp", "gpu": "cpu", "model": SMALL.model_dump(mode="json"),
-                       "grid": {"quantization": ["q8_0", "q4_0"], "kv_cache_dtype": ["f16", "q8_0", "q4_0"],
-                                "max_num_seqs": [1, 4]},
-                       "load": {"concurrency": [1, 4], "num_requests": 12, "warmup_requests": 0,
-                                "prompt_tokens": 64, "output_tokens": 16, "min_requests": 4, "min_duration_s": 0}})
+    grid = {"quantization": ["q8_0", "q4_0"], "kv_cache_dtype": ["f16", "q8_0", "q4_0"], "max_num_seqs": [1, 4]}
     measured, held = [], []
-    for item in expand(spec, get_gpu("cpu")):
-        s = item.config.server
-        costs = step_costs(SMALL, s, get_gpu("cpu"))
-        m = summarize_load(simulate(costs, truth[s.quantization.value], s, item.config.load, max_model_len=1024))
-        r = RunResult(run_id=item.run_id, sweep="k", status="ok", label="x", config=item.config, metrics=m)
+    for r in _llama_measured("k", grid, truth):
+        s = r.config.server
         unmeasured = (s.quantization.value, s.kv_cache_dtype.value) == ("q8_0", "q4_0")
         (held if unmeasured else measured).append(r)
     art = fit(measured, "k", cross_validate=False)
