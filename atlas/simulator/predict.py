@@ -158,8 +158,8 @@ def predict_config(artifact: CalibrationArtifact, cfg: RunConfig, run_id: str, s
             mape, intervals = group.transfer_mape, group.transfer_intervals
             widen = EXTRAPOLATION_WIDENING if drifted else 1.0
         else:
-            reasons.append("its interval is a guess: the calibration measured one numerics, so how far another's "
-                           "efficiencies carry over was never checked")
+            reasons.append("its interval is a guess: the calibration fitted one set of efficiencies, so how far "
+                           "they carry to other numerics was never checked")
     errors = {k: min(0.95, (v if v is not None else 0.25) * widen) for k, v in mape.items()}
     if cross_device:
         errors = {k: max(v, 0.5) for k, v in errors.items()}  # a CPU fit says little about a GPU
