@@ -42,6 +42,12 @@ def interval_half_width(log_errors: list[float], level: float) -> float | None:
     return errs[min(rank, len(errs)) - 1]
 
 
+def _intervals(log_errors: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    """Per metric with errors, the log half-width of each stated interval (LEVELS)."""
+    return {k: {lvl: w for lvl in LEVELS if (w := interval_half_width(v, int(lvl) / 100)) is not None}
+            for k, v in log_errors.items() if v}
+
+
 class CalibrationGroup(BaseModel):
     model_config = ConfigDict(extra="forbid")
     engine: str
@@ -211,11 +217,9 @@ def fit(results: list[RunResult], name: str, spec_model: ModelSpec | None = None
                     log_errs[numerics_of(p[0])][k] += v
         # intervals from the whole family's held-out errors: a group holds too few for a 95% quantile
         all_errs = {k: [e for g in log_errs.values() for e in g[k]] for k in REPORTED}
-        intervals = {k: {lvl: w for lvl in LEVELS if (w := interval_half_width(v, int(lvl) / 100)) is not None}
-                     for k, v in all_errs.items() if v}
+        intervals = _intervals(all_errs)
         transfer = _transfer_errors(pooled, effs)
-        transfer_intervals = {k: {lvl: w for lvl in LEVELS if (w := interval_half_width(v, int(lvl) / 100))
-                                  is not None} for k, v in transfer.items() if v}
+        transfer_intervals = _intervals(transfer)
         for numerics, points in sorted(groups.items()):
             rs = [p[0] for p in points]
             errs = {k: v for k, v in log_errs[numerics].items() if v}
