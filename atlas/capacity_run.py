@@ -135,6 +135,9 @@ def search_capacity(spec: SweepSpec, cfg: RunConfig, ladder: list[RunResult],
     if upper is not None and any("client-bound:" in w for w in upper.why):
         notes.append(f"at {hi:g} rps the load client fell behind (measured twice): this host's client, not the "
                      f"server, may set the capacity's upper bound (--client-procs where cores are free)")
+    if upper is not None and any("host busy:" in w for w in upper.why):
+        notes.append(f"at {hi:g} rps other programs took the engine's CPU time (measured twice): they, not the "
+                     f"server, may set the capacity's upper bound (measure again on a quiet host)")
     return record.model_copy(update={
         "reasons": notes, "capacity_rps": lo, "upper_rps": hi, "point_run_id": at.run_id,
         "achieved_precision": None if hi is None else (hi - lo) / hi, **at_capacity(lo, at)}), points
