@@ -80,6 +80,22 @@ def test_non_dominated_matches_brute_force_where_both_pivot_rounds_run(shape, le
     assert np.array_equal(non_dominated(x2), brute_blocked(x2))
 
 
+def test_a_large_table_of_integers_infinities_and_strided_columns(monkeypatch):
+    """Above the sample size (here 64) the pivot cull takes any numeric array: integers, a column slice of a
+    wider table; infinities (no finite sum to order by) go to the exact pass."""
+    from atlas import nondominated
+
+    monkeypatch.setattr(nondominated, "SAMPLE", 64)
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 40, (5000, 5))[:, 1:4]
+    assert not x.flags.c_contiguous
+    assert np.array_equal(non_dominated(x), brute_blocked(x))
+    f = rng.random((5000, 3))
+    f[rng.random(5000) < 0.05, 0] = np.inf
+    f[rng.random(5000) < 0.01, 2] = -np.inf
+    assert np.array_equal(non_dominated(f), brute_blocked(f))
+
+
 def test_non_dominated_rejects_nan_and_handles_infinities():
     with pytest.raises(FrontierError, match="NaN"):
         non_dominated(np.array([[1.0, np.nan]]))
