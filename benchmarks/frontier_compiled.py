@@ -1,7 +1,8 @@
 """A compiled (numba) variant of atlas.nondominated's pivot cull, measured by benchmarks/frontier.py beside
-Atlas's NumPy passes and `paretoset`, and not used by Atlas (README, "Frontier speed": 2.4-3x faster than
-`paretoset` at a million rows, not the 10x issue #20 asks, while importing numba costs 0.4-0.7 s per process
-and compiling these loops 5 s once per machine, more than Atlas's NumPy frontier of a million rows takes).
+Atlas's NumPy passes and `paretoset`, and not used by Atlas (README, "Frontier speed": 2.4-3.2x faster than
+`paretoset` at a million rows, not the 10x issue #20 asks, while importing numba and loading these loops from
+its cache cost a process about 0.46 s, and compiling them 5.4 s once per machine: more than Atlas's NumPy
+frontier of a million rows takes).
 
 Above SAMPLE rows: the frontier of an evenly spaced sample (a window, below) gives the pivots; one pass compares
 each row with them until one dominates it, first with the row of least scaled sum found so far (a sample row at
