@@ -1,5 +1,5 @@
-"""Non-dominated set speed, in one run on the same data: Atlas's frontier (atlas.nondominated: a compiled pivot
-cull and window above 4,096 rows, exact vectorized passes below and for large frontiers), its first algorithm
+"""Non-dominated set speed, in one run on the same data: Atlas's frontier (atlas.nondominated: NumPy passes, a
+pivot cull above 4,096 rows and an exact O(n log^2 n) pass), its first algorithm
 (a row-by-row cull in order of scaled sum, kept as atlas.nondominated._cull_in_sum_order for k > 3),
 a compiled (numba) variant of Atlas's cull that Atlas does not use (benchmarks/frontier_compiled.py: what
 compiled loops gain, and what importing numba costs a process), and the `paretoset` package (numba-compiled
