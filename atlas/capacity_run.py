@@ -30,7 +30,14 @@ def trial_of(result: RunResult, spec: SweepSpec) -> Trial:
                  in_flight=None if e2e is None else rate * e2e / 1e3)
 
 
-TRANSIENT = ("client-bound:", "host busy:")  # atlas.client_check, atlas.host_check
+# the verdicts (atlas.client_check, atlas.host_check) that say nothing of the server at a rate, and what a capacity
+# record says when a rate given one on both tries bounds the capacity from above
+TRANSIENT_BOUNDS = {
+    "client-bound:": "the load client fell behind (measured twice): this host's client, not the server, may set the "
+                     "capacity's upper bound (--client-procs where cores are free)",
+    "host busy:": "other programs took the engine's CPU time (measured twice): they, not the server, may set the "
+                  "capacity's upper bound (measure again on a quiet host)"}
+TRANSIENT = tuple(TRANSIENT_BOUNDS)
 
 
 def transient_only(result: RunResult) -> bool:
@@ -132,12 +139,9 @@ def search_capacity(spec: SweepSpec, cfg: RunConfig, ladder: list[RunResult],
     if trials[-1].status == "failed":
         notes.append(f"the search stopped early: {'; '.join(trials[-1].why)}")
     upper = next((t for t in trials if t.rate_rps == hi and not t.passed), None)
-    if upper is not None and any("client-bound:" in w for w in upper.why):
-        notes.append(f"at {hi:g} rps the load client fell behind (measured twice): this host's client, not the "
-                     f"server, may set the capacity's upper bound (--client-procs where cores are free)")
-    if upper is not None and any("host busy:" in w for w in upper.why):
-        notes.append(f"at {hi:g} rps other programs took the engine's CPU time (measured twice): they, not the "
-                     f"server, may set the capacity's upper bound (measure again on a quiet host)")
+    if upper is not None:
+        notes += [f"at {hi:g} rps {note}" for mark, note in TRANSIENT_BOUNDS.items()
+                  if any(mark in w for w in upper.why)]
     return record.model_copy(update={
         "reasons": notes, "capacity_rps": lo, "upper_rps": hi, "point_run_id": at.run_id,
         "achieved_precision": None if hi is None else (hi - lo) / hi, **at_capacity(lo, at)}), points
