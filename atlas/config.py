@@ -12,6 +12,7 @@ from atlas.engines.knobs_base import drop_flat_defaults, grid_combos, grid_size
 from atlas.engines.registry import ADAPTERS, DEFAULT_ENGINE, AnyGrid, engine_kinds
 from atlas.knobs import MAX_REQUESTS, MAX_SECONDS, MAX_STREAMS, MAX_TOKENS, LoadMode
 from atlas.models import Frozen, LateFields, read_text
+from atlas.redact import redact_argv, redact_env
 from atlas.slo import SloSpec
 from atlas.workloads.spec import FixedWorkload, TraceWorkload, Workload
 
@@ -209,6 +210,11 @@ class SweepSpec(Frozen):
     api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$", description=(
         "external endpoints: the environment variable that holds their API key (sent as a bearer token; the key "
         "itself is never written)"))
+
+    def engine_settings(self) -> dict[str, Any]:
+        """What the engine Atlas starts is given beyond its knobs (not in the run id, yet it sets what is
+        measured: `--threads 1`, an environment variable), as every result records it, secrets masked."""
+        return {"extra_engine_args": redact_argv(self.extra_engine_args), "engine_env": redact_env(self.engine_env)}
 
     @model_validator(mode="before")
     @classmethod

@@ -318,10 +318,12 @@ class ResultStore:
     def get(self, run_id: str) -> RunResult | None:
         return _load_or_none(self.path(run_id), load_result_file)  # type: ignore[no-any-return]
 
-    def is_complete(self, run_id: str, config: RunConfig) -> bool:
-        """--resume keeps a result only when it is readable, current, finished and for this exact config."""
+    def is_complete(self, run_id: str, config: RunConfig, settings: dict[str, Any] | None = None) -> bool:
+        """--resume keeps a result only when it is readable, current, finished and for this exact config, and
+        (given the spec's `engine_settings()`) measured under those engine settings."""
         r = self.get(run_id)
         return (r is not None and r.status in DONE_STATUSES and r.config == config
+                and (settings is None or measured_under(r, settings))
                 and audit_reason(r.model_copy(update={"status": "ok"})) is None)
 
     def read_records(self, result: RunResult) -> list[dict[str, Any]]:
@@ -329,6 +331,17 @@ class ResultStore:
             return []
         with gzip.open(self.dir / result.records_file, "rt") as f:
             return [json.loads(line) for line in f]
+
+
+def measured_under(r: RunResult, settings: dict[str, Any]) -> bool:
+    """Whether `r` was measured under these engine settings (extra arguments and environment, masked). A
+    result written before results recorded them (2026-12-07) is judged by its command line, which ends with
+    the extra arguments; its environment was not recorded and is taken as the spec's."""
+    engine = r.provenance.engine if r.provenance else {}
+    if "settings" in engine:
+        return engine["settings"] == settings  # type: ignore[no-any-return]
+    extra, argv = settings.get("extra_engine_args") or [], engine.get("argv") or []
+    return not extra or argv[-len(extra):] == extra
 
 
 def load_results(root: Path | str) -> tuple[list[RunResult], list[str]]:

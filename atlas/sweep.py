@@ -37,7 +37,6 @@ from atlas.quality import (
     passage,
     score_outputs,
 )
-from atlas.redact import redact_argv, redact_env
 from atlas.results import Provenance, ResultError, ResultStore, RunResult, skipped_result
 from atlas.serving import ModelResolver, default_engine
 
@@ -109,6 +108,7 @@ class Sweeper:
         self.spec, self.gpu, self.caps = spec, gpu, caps
         self.store = ResultStore(results_root, spec.name)
         self.resume = resume
+        self.settings = spec.engine_settings()  # --resume keeps only what was measured under these
         self.progress = progress or (lambda e: None)
         self.provider = price_provider or spec.price_provider
         self.engine_factory = engine_factory or default_engine
@@ -144,7 +144,7 @@ class Sweeper:
         for stale in stop_stale_launches(self.store.dir / "logs"):
             self._emit("note", f"stopped an engine an earlier run left behind: {stale}")
         spec = self.spec.model_dump(mode="json")
-        spec.update(engine_env=redact_env(self.spec.engine_env), extra_engine_args=redact_argv(self.spec.extra_engine_args))
+        spec.update(self.spec.engine_settings())
         try:
             (self.store.dir / "sweep-spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
         except OSError as e:
@@ -224,7 +224,7 @@ class Sweeper:
         server = group[0].config.server
         key = server.numerics().key
         done = self._finished_capacity(group)
-        if self.resume and all(self.store.is_complete(p.run_id, p.config) for p in group) and done is not False:
+        if self.resume and all(self.store.is_complete(p.run_id, p.config, self.settings) for p in group) and done is not False:
             kept = [r for r in (self.store.get(p.run_id) for p in group) if r is not None]
             if kept and kept[0].quality and key not in self.quality_by_key:
                 self.quality_by_key[key] = kept[0].quality
@@ -313,7 +313,7 @@ class Sweeper:
                 self.refused_keys[key] = (server.label(), e.reason, e.log_tail)
             return _Refusal(f"engine failed to start: {e.reason}", e.log_tail, prov)
         try:
-            prov.engine = engine.provenance()
+            prov.engine = {**engine.provenance(), "settings": self.settings}
             if not engine.started_by_atlas:
                 prov = endpoint_provenance(prov, self.gpu)
             quality = self._quality(engine, server, model_path)
@@ -378,7 +378,7 @@ class Sweeper:
                  prov: Provenance) -> RunResult:
         cfg = planned.config
         label = cfg.label()
-        if self.resume and self.store.is_complete(planned.run_id, cfg):
+        if self.resume and self.store.is_complete(planned.run_id, cfg, self.settings):
             kept = self.store.get(planned.run_id)
             assert kept is not None
             self.done += 1

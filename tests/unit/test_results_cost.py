@@ -6,7 +6,7 @@ from atlas.config import parse_spec
 from atlas.cost import usd_per_million
 from atlas.hardware import get_gpu
 from atlas.plan import expand
-from atlas.results import ResultError, ResultStore, RunResult, load_result_file, load_results
+from atlas.results import Provenance, ResultError, ResultStore, RunResult, load_result_file, load_results
 
 
 def _result(status="ok"):
@@ -49,6 +49,26 @@ def test_resume_keeps_only_finished_matching_results(tmp_path):
     assert store.is_complete(ok.run_id, ok.config)
     (store.path(ok.run_id)).write_text("garbage")
     assert not store.is_complete(ok.run_id, ok.config)
+
+
+def test_resume_keeps_only_what_was_measured_under_the_same_engine_settings(tmp_path):
+    store = ResultStore(tmp_path, "t")
+    spec = parse_spec({"name": "t", "model": {"id": "m", "source": "embedded"},
+                       "extra_engine_args": ["--threads", "1", "--api-key", "k3y-value"], "engine_env": {"HF_TOKEN": "x1234"}})
+    settings = spec.engine_settings()
+    assert settings == {"extra_engine_args": ["--threads", "1", "--api-key", "***"], "engine_env": {"HF_TOKEN": "***"}}
+    prov = Provenance(atlas_version="t", model_id="m", host_cpu="c", python="3", started_at="now",
+                      engine={"argv": ["--port", "1", "--threads", "1", "--api-key", "***"], "settings": settings})
+    r = store.write(_result().model_copy(update={"provenance": prov}))
+    assert store.is_complete(r.run_id, r.config, settings) and store.is_complete(r.run_id, r.config)
+    other = {**settings, "extra_engine_args": ["--threads", "2"]}
+    assert not store.is_complete(r.run_id, r.config, other)
+    assert not store.is_complete(r.run_id, r.config, {**settings, "engine_env": {}})
+    # written before results recorded their settings: judged by the command line's tail (the extra arguments)
+    legacy = prov.model_copy(update={"engine": {"argv": prov.engine["argv"]}})
+    store.write(r.model_copy(update={"provenance": legacy}))
+    assert store.is_complete(r.run_id, r.config, settings)
+    assert not store.is_complete(r.run_id, r.config, other)
 
 
 def test_a_measured_point_is_never_overwritten_by_a_later_failure(tmp_path):
