@@ -6,7 +6,12 @@ machine's probe (atlas/probe.py), and print both errors and whether the predicti
         benchmarks/data/cpu-smollm2-llamacpp-1core
 
 (the second recording is the same llama.cpp configs given one core of the same host: taskset -c 0, one llama.cpp
-and one BLAS thread; its sweep-spec.yaml says how it was made.)
+and one BLAS thread; its sweep-spec.yaml says how it was made.) A pair recorded the same hour, 2026-12-07:
+
+    .venv/bin/python benchmarks/simulator_drift.py benchmarks/data/cpu-smollm2-llamacpp-streams \
+        benchmarks/data/cpu-smollm2-llamacpp-streams-1core
+
+(f16, q8_0, q4_0 at 4 slots, 1-4 closed-loop streams; the second under taskset -c 0 with --threads 1.)
 """
 
 from __future__ import annotations
