@@ -231,14 +231,15 @@ def test_the_engine_wide_fit_lets_a_numerics_measured_at_one_slot_count_predict_
 
 def test_llamacpp_prices_a_multi_token_micro_batch_above_a_one_token_step():
     """One token goes through ggml's matrix-vector kernels, two or more through its GEMM path, which costs
-    `multi_pass` extra weight passes per micro-batch: the second decoding stream costs more than the third."""
+    `multi_pass` extra weight passes per micro-batch, each at the roofline bandwidth (not at the format's fitted
+    matrix-vector efficiency): the second decoding stream costs more than the third."""
     from atlas.simulator.scheduler import SimSeq, Step
 
     server = LlamaCppKnobs(engine="llamacpp", quantization="q8_0", max_num_seqs=4)
     sched = SlotScheduler.of(server)
     costs = step_costs(SMALL, server, get_gpu("cpu"))
     eff = Efficiencies(0.0005, 0.5, 0.3, 0.002, multi_pass=0.7)
-    weights = costs.weight_bytes / (costs.bandwidth_b_s * eff.bw_eff)
+    weights = costs.weight_bytes / costs.bandwidth_b_s  # one pass at the roofline
 
     def decoding(n: int) -> float:
         seqs = [SimSeq(rec=None, prompt=1, out=8, prefilled=1) for _ in range(n)]  # type: ignore[arg-type]
@@ -246,6 +247,10 @@ def test_llamacpp_prices_a_multi_token_micro_batch_above_a_one_token_step():
 
     one, two, three = decoding(1), decoding(2), decoding(3)
     assert two - one == pytest.approx(0.7 * weights + (three - two), rel=1e-6)
+    eff = Efficiencies(0.0005, 0.25, 0.3, 0.002, multi_pass=0.7)  # half the matrix-vector efficiency:
+    one, two, three = decoding(1), decoding(2), decoding(3)
+    assert (two - one) - (three - two) == pytest.approx(0.7 * weights, rel=1e-6)  # the extra passes cost the same
+    eff = Efficiencies(0.0005, 0.5, 0.3, 0.002, multi_pass=0.7)
     plain = Efficiencies(0.0005, 0.5, 0.3, 0.002)  # other engines' default: no split
     assert sched.step_s(costs, plain, Step(decode=[], prefill=[])) < one
     empty = Step(decode=[], prefill=[])  # no tokens: no micro-batch of two or more

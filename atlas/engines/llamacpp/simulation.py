@@ -11,7 +11,11 @@ path (llamafile_sgemm declines n < 2), which costs more than a second token's ar
 (q8_0, --parallel 4) stepped 8.6 / 15.5 / 22.0 ms for 1 / 2 / 4 decoding streams: 6.9 ms more for the second
 stream, 3.25 ms for each after it. The step model prices that as `multi_pass`,
 the extra weight passes of a multi-token micro-batch (shared by the engine's numerics, fitted by least squares
-with the other engine-wide costs, atlas.simulator.joint)."""
+with the other engine-wide costs, atlas.simulator.joint), each pass at the roofline bandwidth rather than at
+the numerics' fitted bandwidth efficiency: that efficiency is its matrix-vector kernel's, and pricing the GEMM
+path with it made the fit trade one kind of step for the other (q4_0's one-token steps predicted at 4.4 ms against
+6.0-6.5 measured, to match its cheap second stream: 3.9 ms against q8_0's 8.1). Held out, the capacity
+recording's TPOT error went from 18.5% to 13.3% and `-p99`'s from 14.6% to 11.2% (README, Simulator)."""
 
 from __future__ import annotations
 
@@ -43,6 +47,6 @@ class SlotScheduler(ChunkedScheduler):
         passes = max(1, -(-step.tokens // self.ubatch))
         multi = step.tokens // self.ubatch + (step.tokens % self.ubatch >= 2)  # micro-batches of two or more tokens
         weights = costs.weight_bytes / (costs.bandwidth_b_s * eff.bw_eff)
-        return passes * (eff.overhead_s + weights) + multi * eff.multi_pass * weights + eff.sample_s * step.sampled + (
+        return passes * (eff.overhead_s + weights) + multi * eff.multi_pass * costs.weight_bytes / costs.bandwidth_b_s + eff.sample_s * step.sampled + (
             step.ctx_tokens * costs.kv_bytes_per_token / (costs.bandwidth_b_s * eff.bw_eff)
             + costs.flops_per_token * step.tokens / (costs.peak_flop_s * eff.compute_eff))
