@@ -24,7 +24,7 @@ def sweep_estimate(spec: SweepSpec, gpu: GpuSpec, items: list[PlannedRun | Skipp
 
         store = ResultStore(results, spec.name)
         done = {i.run_id for i in items if isinstance(i, PlannedRun) and store.is_complete(i.run_id, i.config,
-                                                                                        spec.engine_settings())}
+                                                                                        spec.measurement_settings())}
     return estimate(spec, gpu, items, artifact=artifact, results_dir=folder, price_provider=price_provider, done=done)
 
 

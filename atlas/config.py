@@ -211,10 +211,12 @@ class SweepSpec(Frozen):
         "external endpoints: the environment variable that holds their API key (sent as a bearer token; the key "
         "itself is never written)"))
 
-    def engine_settings(self) -> dict[str, Any]:
-        """What the engine Atlas starts is given beyond its knobs (not in the run id, yet it sets what is
-        measured: `--threads 1`, an environment variable), as every result records it, secrets masked."""
-        return {"extra_engine_args": redact_argv(self.extra_engine_args), "engine_env": redact_env(self.engine_env)}
+    def measurement_settings(self) -> dict[str, Any]:
+        """What sets a point's numbers or its verdict beyond its run id (knobs, model, load): what the engine Atlas
+        starts is given besides its knobs (`--threads 1`, an environment variable; secrets masked) and the quality
+        evaluation that gates it. Every result records them; --resume keeps a result only under the same."""
+        return {"extra_engine_args": redact_argv(self.extra_engine_args), "engine_env": redact_env(self.engine_env),
+                "quality": self.quality.model_dump(mode="json")}
 
     @model_validator(mode="before")
     @classmethod

@@ -58,6 +58,9 @@ class Provenance(_M):
     finished_at: str | None = None
     engine: dict[str, Any] = {}  # effective argv, reported KV capacity, start-up time
     hardware_probe: HardwareProbe | None = None  # the machine's bandwidth and matmul rate, probed as the sweep began
+    # what set the numbers beyond the run id (SweepSpec.measurement_settings: the engine's extra arguments and
+    # environment, the quality evaluation); None: written before 2026-12-07, or imported
+    settings: dict[str, Any] | None = None
 
 
 class CostResult(_M):
@@ -320,7 +323,7 @@ class ResultStore:
 
     def is_complete(self, run_id: str, config: RunConfig, settings: dict[str, Any] | None = None) -> bool:
         """--resume keeps a result only when it is readable, current, finished and for this exact config, and
-        (given the spec's `engine_settings()`) measured under those engine settings."""
+        (given the spec's `measurement_settings()`) measured under those settings."""
         r = self.get(run_id)
         return (r is not None and r.status in DONE_STATUSES and r.config == config
                 and (settings is None or measured_under(r, settings))
@@ -334,13 +337,13 @@ class ResultStore:
 
 
 def measured_under(r: RunResult, settings: dict[str, Any]) -> bool:
-    """Whether `r` was measured under these engine settings (extra arguments and environment, masked). A
-    result written before results recorded them (2026-12-07) is judged by its command line, which ends with
-    the extra arguments; its environment was not recorded and is taken as the spec's."""
-    engine = r.provenance.engine if r.provenance else {}
-    if "settings" in engine:
-        return engine["settings"] == settings  # type: ignore[no-any-return]
-    extra, argv = settings.get("extra_engine_args") or [], engine.get("argv") or []
+    """Whether `r` was measured under these settings (SweepSpec.measurement_settings). A result written before
+    results recorded them (2026-12-07) is judged by its command line, which ends with the extra arguments; its
+    environment and quality evaluation were not recorded and are taken as the spec's."""
+    prov = r.provenance
+    if prov is not None and prov.settings is not None:
+        return prov.settings == settings
+    extra, argv = settings.get("extra_engine_args") or [], (prov.engine.get("argv") if prov else None) or []
     return not extra or argv[-len(extra):] == extra
 
 

@@ -108,7 +108,7 @@ class Sweeper:
         self.spec, self.gpu, self.caps = spec, gpu, caps
         self.store = ResultStore(results_root, spec.name)
         self.resume = resume
-        self.settings = spec.engine_settings()  # --resume keeps only what was measured under these
+        self.settings = spec.measurement_settings()  # --resume keeps only what was measured under these
         self.progress = progress or (lambda e: None)
         self.provider = price_provider or spec.price_provider
         self.engine_factory = engine_factory or default_engine
@@ -144,7 +144,7 @@ class Sweeper:
         for stale in stop_stale_launches(self.store.dir / "logs"):
             self._emit("note", f"stopped an engine an earlier run left behind: {stale}")
         spec = self.spec.model_dump(mode="json")
-        spec.update(self.spec.engine_settings())
+        spec.update({k: self.settings[k] for k in ("engine_env", "extra_engine_args")})  # secrets masked
         try:
             (self.store.dir / "sweep-spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
         except OSError as e:
@@ -296,9 +296,11 @@ class Sweeper:
             model_path, model_files = self.models.resolve(server)
         except ModelUnavailable as e:
             prov = base_provenance(self.spec.model.id, "", {}, engine_version, self._sha, self.probe)
+            prov.settings = self.settings
             return _Refusal(f"model weights not available: {e}", [], prov)
         prov = base_provenance(self.spec.model.id, model_path, model_files, engine_version, self._sha,
                                self.probe if server.engine != "external" else None)
+        prov.settings = self.settings
         if key in self.refused_keys:
             label, reason, tail = self.refused_keys[key]
             return _Refusal(f"{reason} (refused at start-up for {label}; same dtype/weights/KV cache)", tail, prov)
@@ -313,7 +315,7 @@ class Sweeper:
                 self.refused_keys[key] = (server.label(), e.reason, e.log_tail)
             return _Refusal(f"engine failed to start: {e.reason}", e.log_tail, prov)
         try:
-            prov.engine = {**engine.provenance(), "settings": self.settings}
+            prov.engine = engine.provenance()
             if not engine.started_by_atlas:
                 prov = endpoint_provenance(prov, self.gpu)
             quality = self._quality(engine, server, model_path)

@@ -268,26 +268,28 @@ def test_a_point_measured_while_another_program_fills_the_cpus_is_invalid_with_t
     assert quiet.results[0].status == "ok" and quiet.results[0].host.taken_share <= 0.1, quiet.results[0].reasons
 
 
-@pytest.mark.parametrize("change", [{"extra_engine_args": ["--threads", "1"]}, {"engine_env": {"OMP_NUM_THREADS": "1"}}],
-                         ids=["extra_engine_args", "engine_env"])
-def test_resume_measures_again_what_was_measured_under_other_engine_settings(tmp_path, change):
-    """The engine's extra arguments and environment are not knobs (not in the run id) but set what is measured:
-    a point measured under others is measured again on --resume (the earlier one kept in history/), never kept as
-    this spec's; a resume under the same settings starts nothing."""
+@pytest.mark.parametrize("change", [{"extra_engine_args": ["--threads", "1"]}, {"engine_env": {"OMP_NUM_THREADS": "1"}},
+                                    {"quality": {"sets": ["arith"], "max_tokens": 32}}],
+                         ids=["extra_engine_args", "engine_env", "quality"])
+def test_resume_measures_again_what_was_measured_under_other_settings(tmp_path, change):
+    """The engine's extra arguments and environment, and the quality evaluation, are not in the run id yet set
+    what is measured or its verdict: a point measured under others is measured again on --resume (the earlier one
+    kept in history/), never kept as this spec's; a resume under the same settings starts nothing."""
     spec = {**SPEC, "grid": {**SPEC["grid"], "quantization": ["none"], "kv_cache_dtype": ["auto"]},
-            "quality": {"enabled": False}, "load": {**SPEC["load"], "repeats": 1}}
+            "load": {**SPEC["load"], "repeats": 1}}
     first, _ = run(tmp_path, mock_factory(), spec)
-    assert all(r.provenance.engine["settings"] == {"extra_engine_args": [], "engine_env": {}} for r in first.results)
+    assert all(r.provenance.settings == parse_spec(spec).measurement_settings() for r in first.results)
     same = mock_factory()
     run(tmp_path, same, spec, resume=True)
     assert same.started == 0
     other = mock_factory()
-    second, events = run(tmp_path, other, {**spec, **change}, resume=True)
+    changed = {**spec, **change}
+    second, _ = run(tmp_path, other, changed, resume=True)
     assert other.started == 1 and {r.run_id for r in second.results} == {r.run_id for r in first.results}
-    assert all(r.provenance.engine["settings"] == {"extra_engine_args": [], "engine_env": {}, **change}
-               for r in second.results)
+    assert all(r.provenance.settings == parse_spec(changed).measurement_settings() for r in second.results)
+    assert all(r.provenance.settings != parse_spec(spec).measurement_settings() for r in second.results)
     history = sorted(p.name for p in (second.results_dir / "history").glob("*.json"))
     assert len(history) == len(first.results)
     again = mock_factory()
-    run(tmp_path, again, {**spec, **change}, resume=True)
+    run(tmp_path, again, changed, resume=True)
     assert again.started == 0

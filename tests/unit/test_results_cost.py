@@ -51,23 +51,27 @@ def test_resume_keeps_only_finished_matching_results(tmp_path):
     assert not store.is_complete(ok.run_id, ok.config)
 
 
-def test_resume_keeps_only_what_was_measured_under_the_same_engine_settings(tmp_path):
+def test_resume_keeps_only_what_was_measured_under_the_same_settings(tmp_path):
     store = ResultStore(tmp_path, "t")
     spec = parse_spec({"name": "t", "model": {"id": "m", "source": "embedded"},
                        "extra_engine_args": ["--threads", "1", "--api-key", "k3y-value"], "engine_env": {"HF_TOKEN": "x1234"}})
-    settings = spec.engine_settings()
-    assert settings == {"extra_engine_args": ["--threads", "1", "--api-key", "***"], "engine_env": {"HF_TOKEN": "***"}}
+    settings = spec.measurement_settings()
+    assert settings["extra_engine_args"] == ["--threads", "1", "--api-key", "***"]
+    assert settings["engine_env"] == {"HF_TOKEN": "***"} and settings["quality"]["sets"] == ["arith", "mc"]
     prov = Provenance(atlas_version="t", model_id="m", host_cpu="c", python="3", started_at="now",
-                      engine={"argv": ["--port", "1", "--threads", "1", "--api-key", "***"], "settings": settings})
+                      engine={"argv": ["--port", "1", "--threads", "1", "--api-key", "***"]}, settings=settings)
     r = store.write(_result().model_copy(update={"provenance": prov}))
     assert store.is_complete(r.run_id, r.config, settings) and store.is_complete(r.run_id, r.config)
     other = {**settings, "extra_engine_args": ["--threads", "2"]}
     assert not store.is_complete(r.run_id, r.config, other)
     assert not store.is_complete(r.run_id, r.config, {**settings, "engine_env": {}})
+    stricter = spec.model_copy(update={"quality": spec.quality.model_copy(update={"max_items_per_set": 10})})
+    assert not store.is_complete(r.run_id, r.config, stricter.measurement_settings())
     # written before results recorded their settings: judged by the command line's tail (the extra arguments)
-    legacy = prov.model_copy(update={"engine": {"argv": prov.engine["argv"]}})
+    legacy = prov.model_copy(update={"settings": None})
     store.write(r.model_copy(update={"provenance": legacy}))
     assert store.is_complete(r.run_id, r.config, settings)
+    assert store.is_complete(r.run_id, r.config, stricter.measurement_settings())  # not recorded: taken as given
     assert not store.is_complete(r.run_id, r.config, other)
 
 
