@@ -5,7 +5,6 @@ recorded in the sweep's results folder, else a stated assumption per engine. Not
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -257,6 +256,7 @@ def estimate(spec: SweepSpec, gpu: GpuSpec, items: list[PlannedRun | SkippedRun]
 
 
 def actual_vs_estimate(est: SweepEstimate, wall_s: float) -> str:
-    ratio = wall_s / est.seconds if est.seconds > 0 else math.inf
+    if est.seconds <= 0:  # nothing left to measure (a resume that keeps every point)
+        return f"took {fmt_duration(wall_s)}; nothing was estimated to measure"
     return (f"took {fmt_duration(wall_s)} against an estimate of {fmt_duration(est.seconds)} "
-            f"({ratio:.2f}x the estimate)")
+            f"({wall_s / est.seconds:.2f}x the estimate)")

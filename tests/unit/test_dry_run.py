@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from atlas.cli import app
-from atlas.config import LoadPoint, load_spec
-from atlas.estimate import estimate, shortened
+from atlas.config import LoadPoint, load_spec, parse_spec
+from atlas.estimate import actual_vs_estimate, estimate, shortened
 from atlas.hardware import get_gpu
 from atlas.knobs import LoadMode
 from atlas.plan import expand
@@ -112,3 +112,13 @@ def test_a_shortened_point_scales_back_to_its_requests() -> None:
     short, scale = shortened(lp)
     assert short.num_requests == 24 and scale == pytest.approx(208 / 32)
     assert shortened(lp.model_copy(update={"num_requests": 10})) == (lp.model_copy(update={"num_requests": 10}), 1.0)
+
+
+def test_a_sweep_with_nothing_left_to_measure_says_so_rather_than_an_infinite_ratio():
+    spec = parse_spec({"name": "t", "model": {"id": "m", "source": "embedded"}})
+    items = expand(spec, get_gpu("cpu"))
+    est = estimate(spec, get_gpu("cpu"), items, done={i.run_id for i in items if hasattr(i, "config")})
+    assert est.seconds == 0
+    assert actual_vs_estimate(est, 2.0) == "took 2 s; nothing was estimated to measure"
+    full = estimate(spec, get_gpu("cpu"), items)
+    assert "x the estimate" in actual_vs_estimate(full, full.seconds) and "inf" not in actual_vs_estimate(full, 1.0)
