@@ -215,8 +215,9 @@ class SweepSpec(Frozen):
         """What sets a point's numbers or its verdict beyond its run id (knobs, model, load): what the engine Atlas
         starts is given besides its knobs (`--threads 1`, an environment variable; secrets masked) and the quality
         evaluation that gates it. Every result records them; --resume keeps a result only under the same."""
+        quality = self.quality.model_dump(mode="json") if self.quality.enabled else {"enabled": False}
         return {"extra_engine_args": redact_argv(self.extra_engine_args), "engine_env": redact_env(self.engine_env),
-                "quality": self.quality.model_dump(mode="json")}
+                "quality": quality}
 
     @model_validator(mode="before")
     @classmethod

@@ -67,6 +67,9 @@ def test_resume_keeps_only_what_was_measured_under_the_same_settings(tmp_path):
     assert not store.is_complete(r.run_id, r.config, {**settings, "engine_env": {}})
     stricter = spec.model_copy(update={"quality": spec.quality.model_copy(update={"max_items_per_set": 10})})
     assert not store.is_complete(r.run_id, r.config, stricter.measurement_settings())
+    off = spec.model_copy(update={"quality": spec.quality.model_copy(update={"enabled": False})})
+    off_other_sets = spec.model_copy(update={"quality": off.quality.model_copy(update={"sets": ["mc"]})})
+    assert off.measurement_settings() == off_other_sets.measurement_settings()  # no evaluation: its sets do not matter
     # written before results recorded their settings: judged by the command line's tail (the extra arguments)
     legacy = prov.model_copy(update={"settings": None})
     store.write(r.model_copy(update={"provenance": legacy}))

@@ -47,6 +47,7 @@ class SlotScheduler(ChunkedScheduler):
         passes = max(1, -(-step.tokens // self.ubatch))
         multi = step.tokens // self.ubatch + (step.tokens % self.ubatch >= 2)  # micro-batches of two or more tokens
         weights = costs.weight_bytes / (costs.bandwidth_b_s * eff.bw_eff)
-        return passes * (eff.overhead_s + weights) + multi * eff.multi_pass * costs.weight_bytes / costs.bandwidth_b_s + eff.sample_s * step.sampled + (
+        gemm_pass = costs.weight_bytes / costs.bandwidth_b_s  # at the roofline: bw_eff is the matrix-vector kernel's
+        return passes * (eff.overhead_s + weights) + multi * eff.multi_pass * gemm_pass + eff.sample_s * step.sampled + (
             step.ctx_tokens * costs.kv_bytes_per_token / (costs.bandwidth_b_s * eff.bw_eff)
             + costs.flops_per_token * step.tokens / (costs.peak_flop_s * eff.compute_eff))
