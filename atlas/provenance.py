@@ -7,6 +7,7 @@ import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from atlas import __version__
 from atlas.hardware import GpuSpec, cpu_model_name, nvidia_gpu_details
@@ -33,12 +34,13 @@ def now_iso() -> str:
 
 
 def base_provenance(model_id: str, model_path: str | None, model_files: dict, engine_version: str | None,  # type: ignore[type-arg]
-                    sha: str | None, probe: HardwareProbe | None = None) -> Provenance:
+                    sha: str | None, probe: HardwareProbe | None = None,
+                    settings: dict[str, Any] | None = None) -> Provenance:
     gpus = nvidia_gpu_details()
     return Provenance(atlas_version=__version__, git_sha=sha, engine_version=engine_version, model_id=model_id,
                       model_path=model_path, model_files=model_files, host_cpu=cpu_model_name(),
                       host_gpus=[str(g["name"]) for g in gpus], gpu_details=gpus, torch_version=_torch(),
-                      python=platform.python_version(), started_at=now_iso(), hardware_probe=probe)
+                      python=platform.python_version(), started_at=now_iso(), hardware_probe=probe, settings=settings)
 
 
 def endpoint_provenance(prov: Provenance, gpu: GpuSpec) -> Provenance:

@@ -295,12 +295,10 @@ class Sweeper:
         try:
             model_path, model_files = self.models.resolve(server)
         except ModelUnavailable as e:
-            prov = base_provenance(self.spec.model.id, "", {}, engine_version, self._sha, self.probe)
-            prov.settings = self.settings
+            prov = base_provenance(self.spec.model.id, "", {}, engine_version, self._sha, self.probe, self.settings)
             return _Refusal(f"model weights not available: {e}", [], prov)
         prov = base_provenance(self.spec.model.id, model_path, model_files, engine_version, self._sha,
-                               self.probe if server.engine != "external" else None)
-        prov.settings = self.settings
+                               self.probe if server.engine != "external" else None, self.settings)
         if key in self.refused_keys:
             label, reason, tail = self.refused_keys[key]
             return _Refusal(f"{reason} (refused at start-up for {label}; same dtype/weights/KV cache)", tail, prov)

@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from atlas.engines.embedded import gguf_path  # noqa: E402
+from atlas.engines.embedded import gguf_path, sha256_file  # noqa: E402
 from atlas.engines.llamacpp.gguf import variant  # noqa: E402
 from atlas.engines.llamacpp.knobs import GgufType  # noqa: E402
 
@@ -56,10 +56,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=30)
     args = ap.parse_args()
     src = gguf_path()
+    src_sha = sha256_file(src)  # once, not once per weight type
     print(f"llama.cpp forward pass of n tokens after a {CONTEXT}-token context, {args.threads} threads, "
           f"median of {args.rounds} interleaved rounds (ms):")
     for name in args.types.split(","):
-        path, _ = variant(src, GgufType(name))
+        path, _ = variant(src, GgufType(name), src_sha)
         t = pass_times_ms(path, args.threads, args.max_n, args.rounds)
         print(f"  {name:6s} " + "  ".join(f"n={n} {ms:6.2f}" for n, ms in t.items()))
 
