@@ -11,14 +11,19 @@ cache (full blocks of `block_tokens` words, keyed by everything before them; emp
 counts its hits and queries in vLLM's /metrics names, says `cached_tokens` in the usage, and adds
 `prefill_ms_per_token` to the TTFT for each prompt token it did not find cached, so a workload's prefix reuse
 has a known effect. Chat answers come from the eval sets: correct
-('oracle'), wrong on a fraction (`degrade`), fast garbage, or empty.
+('oracle'), wrong on a fraction (`degrade`), fast garbage, or empty. GET /atlas_mock/timing says how late its
+chunks left against their schedule since the last call (the mock's own timing error, which a client measured
+against it must not be charged with).
 """
 
 from __future__ import annotations
 
 import argparse
+import array
 import asyncio
 import hashlib
+import heapq
+import itertools
 import json
 import os
 import random
@@ -57,6 +62,60 @@ class MockOptions:
     version: str = ""  # what /version reports ("": no /version, as llama-server has none)
 
 
+class Pacer:
+    """Wakes every waiting stream when its time comes. The event loop's timers are coarse (epoll waits whole
+    milliseconds), so the last 2 ms before a deadline are spun through with zero-length sleeps; one task spins
+    for all streams, never a stream each: when each stream spun through its own last 2 ms, some fifty spun at
+    once at 512 streams x 25 chunks/s, and the mock's own lateness p99 was 23-50 ms (3 runs, 2026-12-07, the
+    2-core development host); with one pacer 6-10 ms (benchmarks/loadgen_overhead.py, interleaved)."""
+
+    SPIN_S = 0.002
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[float, int, asyncio.Future[None]]] = []
+        self.order = itertools.count()
+        self.task: asyncio.Task[None] | None = None
+        self.nap: asyncio.Future[None] | None = None  # the pacer's sleep, cut short by an earlier deadline
+        self.nap_until = 0.0
+
+    async def at(self, t: float) -> None:
+        """Returns at time t (time.perf_counter()) or just after."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        heapq.heappush(self.heap, (t, next(self.order), fut))
+        if self.task is None or self.task.done():
+            self.task = loop.create_task(self._run())
+        elif self.nap is not None and t < self.nap_until and not self.nap.done():
+            self.nap.set_result(None)
+        await fut
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        heap = self.heap
+        while heap:
+            now = time.perf_counter()
+            while heap and heap[0][0] <= now:
+                fut = heapq.heappop(heap)[2]
+                if not fut.done():  # a cancelled stream's wait is dropped
+                    fut.set_result(None)
+            if not heap:
+                break
+            ahead = heap[0][0] - now
+            if ahead <= self.SPIN_S:
+                await asyncio.sleep(0)
+                continue
+            self.nap, self.nap_until = loop.create_future(), heap[0][0] - self.SPIN_S
+            timer = loop.call_later(ahead - self.SPIN_S, _wake, self.nap)
+            await self.nap
+            timer.cancel()
+        self.nap = None
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
 class MockServer:
     def __init__(self, opts: MockOptions):
         self.opts = opts
@@ -71,6 +130,10 @@ class MockServer:
         self.cache_queries = 0
         self.prompt_tokens = 0
         self.started = time.time()  # what /metrics says as process_start_time_seconds (prometheus_client's)
+        # how late each streamed chunk left against its schedule (ms): the mock's own timing error, which a
+        # client measured against it would otherwise take for its own (GET /atlas_mock/timing)
+        self.late_ms = array.array("d")
+        self.pacer = Pacer()
         self.answers: dict[str, tuple[str, str, list[str] | None]] = {}
         for name in builtin_sets():
             for it in load_set(name):
@@ -92,6 +155,7 @@ class MockServer:
         app.router.add_get("/metrics", self.metrics)
         app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
         app.router.add_post("/tokenize", self.tokenize)
+        app.router.add_get("/atlas_mock/timing", self.timing)
         return app
 
     @web.middleware
@@ -151,6 +215,12 @@ class MockServer:
                                  f"atlas_mock_requests_total {self.count}\n"
                                  f"process_start_time_seconds {self.started:.2f}\n")
 
+    async def timing(self, request: web.Request) -> web.Response:
+        """How late the chunks streamed since the last call left against their schedule (ms), then forgets them."""
+        late, self.late_ms = sorted(self.late_ms), array.array("d")
+        q = {f"p{p}": late[min(len(late) - 1, int(len(late) * p / 100))] if late else None for p in (50, 90, 99)}
+        return web.json_response({"chunks": len(late), **q, "max": late[-1] if late else None})
+
     def _admit(self, request: web.Request) -> web.Response | None:
         if request.headers.get("X-Atlas-Probe"):
             return None  # readiness probes are never counted or faulted
@@ -166,16 +236,15 @@ class MockServer:
 
     async def _wait_until(self, t: float) -> float:
         """Sleep to absolute time t; a stall that covers t moves it to the stall's end. Returns the time
-        the token actually goes out, from which the rest of the stream's schedule continues. The event
-        loop's timers are coarse (epoll waits whole milliseconds), so the last 2 ms are yielded away
-        instead of slept."""
+        the token actually goes out, from which the rest of the stream's schedule continues (the wait itself:
+        Pacer)."""
         while True:
             now = time.perf_counter()
             if self.paused_until > now and t < self.paused_until:
                 t = self.paused_until
             if t <= now:
                 return t
-            await asyncio.sleep(t - now - 0.002 if t - now > 0.002 else 0)
+            await self.pacer.at(t)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         # The client may say when it sent the request (X-Atlas-Sent: its time.perf_counter(), the host's
@@ -224,6 +293,8 @@ class MockServer:
         sent = 0
         while sent < n_tokens:
             t = await self._wait_until(t)
+            emit = time.perf_counter()
+            self.late_ms.append((emit - t) * 1e3)
             step = min(k, n_tokens - sent)
             sent += step
             self.generated += step
@@ -231,7 +302,7 @@ class MockServer:
             # "object" as vLLM writes it (AIPerf reads a chunk's text only from a text_completion object)
             chunk = {"object": "text_completion", "choices": [{"index": 0, "text": " tok" * step}],
                      "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": sent},
-                     "atlas_mock": {"arrival": arrival, "emit": time.perf_counter()}}
+                     "atlas_mock": {"arrival": arrival, "emit": emit}}
             await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
             if sent >= cut_at >= 0:
                 request.transport.close()  # type: ignore[union-attr]
