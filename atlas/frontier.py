@@ -88,9 +88,10 @@ def non_dominated(points: np.ndarray) -> np.ndarray:
     x = np.asarray(points, dtype=float)
     if x.ndim != 2:
         raise FrontierError("points must be a 2-D array")
-    if np.isnan(x).any():
+    finite = bool(np.isfinite(x).all())
+    if not finite and np.isnan(x).any():
         raise FrontierError("points must not be NaN (an unmeasured objective is excluded before the frontier)")
-    return non_dominated_mask(x)
+    return non_dominated_mask(x, finite)
 
 
 def robust_non_dominated(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:

@@ -19,27 +19,59 @@ import numpy as np
 
 SAMPLE = 4096  # rows sampled: to put the objectives on one scale, and whose frontier gives the second pivots
 MAX_PIVOTS = 256  # a sample frontier larger than this: the data is mostly frontier, no second round
+TILE = 4096  # rows compared with a pivot in one contiguous block (see _at_least)
+_WORD = {2: "<u2", 3: "<u4", 4: "<u4", 5: "<u8", 6: "<u8", 7: "<u8", 8: "<u8"}  # a row's k booleans, read as one
 
 
-def non_dominated_mask(x: np.ndarray) -> np.ndarray:
-    """Boolean mask of the rows of the n x k array `x` (no NaN) that no other row dominates."""
+def non_dominated_mask(x: np.ndarray, finite: bool | None = None) -> np.ndarray:
+    """Boolean mask of the rows of the n x k array `x` (no NaN) that no other row dominates. `finite`: whether
+    every value is finite, where the caller knows (one pass over the table fewer)."""
     n, k = x.shape
     if n == 0:
         return np.zeros(0, dtype=bool)
     if k == 1:
         return np.asarray(x[:, 0] == x[:, 0].min())
-    alive = _pivot_cull(x) if n > SAMPLE and np.isfinite(x).all() else np.arange(n)  # sums need finite rows
+    if n > SAMPLE and finite is None:
+        finite = bool(np.isfinite(x).all())
+    alive = _pivot_cull(x) if n > SAMPLE and finite else np.arange(n)  # sums need finite rows
     mask = np.zeros(n, dtype=bool)
     mask[alive[_exact(x[alive])]] = True
     return mask
 
 
-def _culled_by(x: np.ndarray, pivot: np.ndarray) -> np.ndarray:
-    """Rows of x that `pivot` dominates."""
-    geq = x[:, 0] >= pivot[0]
-    for j in range(1, x.shape[1]):
-        geq &= x[:, j] >= pivot[j]
-    same = np.flatnonzero(x[:, 0] == pivot[0])
+def _at_least(x: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Rows of x no smaller than p in every column. A row-major float table is compared in one contiguous pass
+    (blocks of TILE rows against p repeated TILE times: column by column, each comparison strides over the whole
+    table), and each row's k booleans are then read as one little-endian word (k <= 8), equal to 0x0101..01 when
+    all are true: at a million rows x 3, 2.5-3.6 ms against 7 ms for three strided columns and two ANDs."""
+    n, k = x.shape
+    if not (x.dtype == np.float64 and x.flags.c_contiguous and 2 <= k <= 8 and n >= TILE):
+        geq = x[:, 0] >= p[0]
+        for j in range(1, k):
+            geq &= x[:, j] >= p[j]
+        return np.asarray(geq)
+    y = np.empty(n * k + 8, dtype=bool)  # 8 spare bytes: the last row's word may read past its k
+    body = n // TILE * TILE * k
+    np.greater_equal(x.reshape(-1)[:body].reshape(-1, TILE * k), np.tile(p, TILE),
+                     out=y[:body].reshape(-1, TILE * k))
+    np.greater_equal(x[body // k:], p, out=y[body:n * k].reshape(-1, k))
+    y[n * k:] = False
+    word = np.dtype(_WORD[k])
+    v = np.ndarray((n,), dtype=word, buffer=y, strides=(k,))
+    ones = int.from_bytes(b"\x01" * k, "little")
+    return np.asarray(v == ones if word.itemsize == k else (v & ((1 << (8 * k)) - 1)) == ones)
+
+
+def _culled_by(x: np.ndarray, pivot: np.ndarray, sums: np.ndarray | None = None, w: np.ndarray | None = None
+               ) -> np.ndarray:
+    """Rows of x that `pivot` dominates. `sums` (x @ w, where the pivot's is the least): its exact copies, which
+    stay, are then looked for only among rows of about the same sum, not by a pass over a column."""
+    geq = _at_least(x, pivot)
+    if sums is None or w is None:
+        same = np.flatnonzero(x[:, 0] == pivot[0])
+    else:  # a copy's sum is the pivot's but for the rounding of a k-term dot product
+        tol = 4 * x.shape[1] * np.finfo(float).eps * float(np.abs(pivot) @ np.abs(w))
+        same = np.flatnonzero(sums <= sums.min() + tol)
     geq[same[np.all(x[same] == pivot, axis=1)]] = False  # its exact copies stay
     return geq
 
@@ -52,7 +84,8 @@ def _pivot_cull(x: np.ndarray) -> np.ndarray:
     step = max(1, n // SAMPLE)
     span = np.ptp(x[::step], axis=0)
     w = 1.0 / np.where(span > 0, span, 1.0)
-    alive = np.flatnonzero(~_culled_by(x, x[int(np.argmin(x @ w))]))
+    sums = x @ w
+    alive = np.flatnonzero(~_culled_by(x, x[int(np.argmin(sums))], sums, w))
     if len(alive) <= SAMPLE:
         return alive
     sample = x[alive[:: max(1, len(alive) // SAMPLE)]]

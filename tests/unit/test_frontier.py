@@ -171,3 +171,18 @@ def test_parsers():
             parse_constraint(bad)
     with pytest.raises(FrontierError):
         parse_objective("accuracy:up")
+
+
+@pytest.mark.parametrize("k", range(2, 9))
+def test_a_pivot_compared_in_one_pass_reads_each_rows_booleans_as_one_word(k):
+    """atlas.nondominated._at_least on a row-major table (blocks of TILE rows and a ragged end, values equal to
+    the pivot's, every word width and the masked ones) says what the column-by-column comparison says."""
+    from atlas.nondominated import TILE, _at_least
+
+    rng = np.random.default_rng(k)
+    x = np.round(rng.random((2 * TILE + 37, k)) * 5) / 5  # few levels: many values equal to the pivot's
+    p = x[rng.integers(len(x))]
+    assert x.flags.c_contiguous
+    assert np.array_equal(_at_least(x, p), np.all(x >= p, axis=1))
+    strided = np.asfortranarray(x)  # not row-major: the column-by-column path
+    assert np.array_equal(_at_least(strided, p), np.all(x >= p, axis=1))
