@@ -15,7 +15,18 @@ with the other engine-wide costs, atlas.simulator.joint), each pass at the roofl
 the numerics' fitted bandwidth efficiency: that efficiency is its matrix-vector kernel's, and pricing the GEMM
 path with it made the fit trade one kind of step for the other (q4_0's one-token steps predicted at 4.4 ms against
 6.0-6.5 measured, to match its cheap second stream: 3.9 ms against q8_0's 8.1). Held out, the capacity
-recording's TPOT error went from 18.5% to 13.3% and `-p99`'s from 14.6% to 11.2% (README, Simulator)."""
+recording's TPOT error went from 18.5% to 13.3% and `-p99`'s from 14.6% to 11.2% (README, Simulator).
+
+Not modelled: how each weight type's kernel tiles the tokens of a micro-batch. In the vendored sources, on an
+AVX2 build, Q8_0 goes to llamafile's tinyBLAS_Q0_AVX, whose tiles are 4 weight rows x 2 tokens (VECTOR_REGISTERS
+16; up to 4 tokens with AVX-512), so 3 tokens cost two tiles like 4 (the bare pass, 2026-12-07: q8_0 10.2 / 15.6 /
+19.9 / 20.4 / 24.8 / 24.2 ms for 1-6 tokens); Q4_0 is repacked (q4_0_8x8) and multiplies groups of 4 tokens with
+its GEMM, the rest one token at a time with its GEMV; F16 goes to tinyBLAS in tiles of up to 3; the K-quants to
+ggml's generic dot products. Charging Q8_0's compute per tile of two tokens was tried (2026-12-07, held out): TPOT
+moved down a point on the ladder and capacity recordings (10.3 -> 9.3%, 13.8 -> 12.7%), TTFT and E2E up 1-3 points
+on the open-loop ones (capacity error 16.9 -> 19.3%), numerics never measured better on the ladder (TPOT 9.4 ->
+7.4%) and streams recordings: a wash within the fit's own 2-point jitter, and the tile depends on the build's SIMD
+width, which the probe does not record. Not landed."""
 
 from __future__ import annotations
 
