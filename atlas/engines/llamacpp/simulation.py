@@ -23,7 +23,7 @@ AVX2 build, Q8_0 goes to llamafile's tinyBLAS_Q0_AVX, whose tiles are 4 weight r
 19.9 / 20.4 / 24.8 / 24.2 ms for 1-6 tokens); Q4_0 is repacked (q4_0_8x8) and multiplies groups of 4 tokens with
 its GEMM, the rest one token at a time with its GEMV; F16 goes to tinyBLAS in tiles of up to 3; the K-quants to
 ggml's generic dot products. Charging Q8_0's compute per tile of two tokens was tried (2026-12-07, held out): TPOT
-moved down a point on the ladder and capacity recordings (10.3 -> 9.3%, 13.8 -> 12.7%), TTFT and E2E up 1-3 points
+moved down a point on the ladder and capacity recordings (10.3 -> 9.3%, 13.8 -> 12.7%), TTFT and E2E up 1-3.4 points
 on the open-loop ones (capacity error 16.9 -> 19.3%), numerics never measured better on the ladder (TPOT 9.4 ->
 7.4%) and streams recordings: a wash within the fit's own 2-point jitter, and the tile depends on the build's SIMD
 width, which the probe does not record. Not landed."""
