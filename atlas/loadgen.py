@@ -21,6 +21,7 @@ import aiohttp
 import numpy as np
 
 from atlas.client_check import ClientMeter, ProcessStats
+from atlas.client_gc import relieve
 from atlas.config import LoadPoint
 from atlas.knobs import LoadMode
 
@@ -152,6 +153,7 @@ class _Client:
             rec.status, rec.error = "connection_error", f"{type(e).__name__}: {e}"[:300]
         finally:
             rec.done_s = self.clock()
+            relieve()  # memory stays bounded with the collector off (atlas.client_gc)
 
     async def _read_stream(self, resp: aiohttp.ClientResponse, rec: RequestRecord,
                            answer: list[str] | None = None) -> None:

@@ -2,7 +2,8 @@
 process runs one asyncio loop over its deterministic share of the point's schedule (group g to process g mod k),
 all on one clock (time.perf_counter is the host's monotonic clock, the same in every process: each counts its
 schedule from the same t0), and their records are merged by request index. One process runs in this process
-(no spawn); more are spawned, made ready (imports, connection pool), then released together at t0.
+(no spawn); more are spawned, made ready (imports, connection pool), then released together at t0. Each
+process's garbage collector is quiet for its run (atlas.client_gc).
 
 How many: enough that no process carries more than CHUNKS_PER_PROC streamed chunks/s, REQUESTS_PER_PROC
 requests/s or STREAMS_PER_PROC streams (what one process sustains with its timing within 1 ms, measured by
@@ -17,6 +18,8 @@ import os
 import time
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
+
+from atlas.client_gc import quiet_gc
 
 if TYPE_CHECKING:
     from atlas.config import LoadPoint
@@ -64,8 +67,9 @@ async def run_shares(base_url: str, model: str, point: LoadPoint, shares: list[S
     from atlas.loadgen import run_share
 
     if len(shares) == 1:
-        return [await run_share(base_url, model, point, shares[0], fresh_connections, time.perf_counter(),
-                                 headers)]
+        with quiet_gc():  # entered before the clock starts: its one collection is not in the run
+            return [await run_share(base_url, model, point, shares[0], fresh_connections, time.perf_counter(),
+                                     headers)]
     ctx = mp.get_context("spawn")  # not fork: the caller may hold threads (samplers, engine log readers)
     procs: list[Any] = []
     conns: list[Connection] = []
@@ -116,9 +120,11 @@ def _client_process(conn: Connection) -> None:
         from atlas.loadgen import run_share, run_sync
 
         base_url, model, point, share, fresh, headers = conn.recv()
-        conn.send(("ready", None))
-        t0 = conn.recv()
-        conn.send(("done", run_sync(run_share(base_url, model, point, share, fresh, t0, headers))))
+        with quiet_gc():
+            conn.send(("ready", None))
+            t0 = conn.recv()
+            done = run_sync(run_share(base_url, model, point, share, fresh, t0, headers))
+        conn.send(("done", done))
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which fails the point with it
         try:
             conn.send(("error", f"{type(e).__name__}: {e}"))
