@@ -24,7 +24,9 @@ def words(text):
 def on_time_run(go, tries=2):
     """A run whose client kept its schedule by its own check (atlas.client_check). A shared host can take the
     CPU from the client for a few hundred ms (CI once saw a 407 ms stall): such a run must come out invalid as
-    client-bound, never as server latency; the timing bounds are then checked on the next try."""
+    client-bound, never as server latency; the timing bounds are then checked on the next try. (Until the client
+    kept its own garbage collector out of the run, atlas.client_gc, a full collection of 36-78 ms made about one
+    run in three client-bound here, and CI once failed both tries.)"""
     for _ in range(tries):
         run = go()
         s = summarize_load(run, intervals=False)
