@@ -12,13 +12,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import time
+import tempfile
 import urllib.request
+from pathlib import Path
 
 from atlas.config import LoadPoint
-from atlas.engines.procs import free_port
+from atlas.engines.mock.engine import MockEngine
+from atlas.engines.mock.server import MockOptions
 from atlas.knobs import LoadMode
 from atlas.loadgen import run_load, run_sync
 from atlas.metrics import summarize_load, ttft_ms
@@ -30,34 +31,34 @@ UNFROZEN = ("import sys, atlas.engines.mock.server as m\n"
             "m.main(sys.argv[1:])\n")
 
 
-def start(frozen: bool) -> tuple[subprocess.Popen, str]:  # type: ignore[type-arg]
-    port = free_port()
-    args = ["--port", str(port), "--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS)]
-    cmd = [sys.executable, "-m", "atlas.engines.mock.server"] if frozen else [sys.executable, "-c", UNFROZEN]
-    proc = subprocess.Popen(cmd + args)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            urllib.request.urlopen(url + "/v1/models", timeout=1)
-            return proc, url
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit(f"the mock server on port {port} did not start")
+class UnfrozenMock(MockEngine):
+    """The mock as Atlas starts it, but run through UNFROZEN: its heap-freezing hook a no-op (the before arm)."""
+
+    def __init__(self, opts: MockOptions, log_path: Path) -> None:
+        super().__init__(opts, log_path)
+        shipped = self._argv_for
+        assert shipped is not None
+        self._argv_for = lambda port: [sys.executable, "-c", UNFROZEN, *shipped(port)[3:]]
+        self.argv = self._argv_for(self.port)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pairs", type=int, default=8)
     args = ap.parse_args()
-    servers = {"unfrozen": start(False), "frozen": start(True)}
+    opts = MockOptions(ttft_ms=TTFT_MS, itl_ms=ITL_MS)
+    logs = tempfile.TemporaryDirectory()
+    servers = {"unfrozen": UnfrozenMock(opts, Path(logs.name) / "unfrozen.log"),
+               "frozen": MockEngine(opts, Path(logs.name) / "frozen.log")}
     lp = LoadPoint(mode=LoadMode.POISSON, rate_rps=132.0, num_requests=520, output_tokens=20, min_requests=4,
                    min_duration_s=0.1, repeats=1)
     rows: dict[str, list[dict]] = {arm: [] for arm in servers}  # type: ignore[type-arg]
     try:
+        for eng in servers.values():
+            eng.start()
         for i in range(args.pairs):
             for arm in (("unfrozen", "frozen") if i % 2 == 0 else ("frozen", "unfrozen")):
-                url = servers[arm][1]
+                url = servers[arm].base_url
                 urllib.request.urlopen(url + "/atlas_mock/timing").read()  # its account from here on
                 run = run_sync(run_load(url, "mock", lp, procs=1))
                 mock = json.loads(urllib.request.urlopen(url + "/atlas_mock/timing").read())
@@ -70,9 +71,9 @@ def main() -> None:
                       f"TTFT error p99 {row['ttft99']:+.2f} / max {row['ttftmax']:+.1f} ms"
                       f"{', client-bound' if row['bound'] else ''}", flush=True)
     finally:
-        for proc, _ in servers.values():
-            proc.terminate()
-            proc.wait(10)
+        for eng in servers.values():
+            eng.stop()
+        logs.cleanup()
     for arm, rs in rows.items():
         print(f"{arm}: mock's lateness max median {statistics.median(r['mockmax'] for r in rs):.1f} ms, worst "
               f"{max(r['mockmax'] for r in rs):.1f}; TTFT error p99 median "
