@@ -3,8 +3,21 @@ vendors: each iteration adds one token for every generating slot, then prompt to
 prompt until the batch holds n_batch (--batch-size, 2048 by default) tokens, a prompt continuing in the next
 iteration when it does not fit; a request waits (deferred) while every slot (--parallel) is busy; each slot's
 context is reserved when the server starts, so nothing is ever preempted; the first request to reach an idle
-server is processed alone. llama_decode then runs the batch in
-physical micro-batches of n_ubatch (--ubatch-size, 512) tokens, each a full pass over the weights.
+server is processed alone. llama_decode then runs the batch in physical micro-batches, each a full pass over the
+weights. With one slot the KV cache is one stream and a micro-batch is the next n_ubatch (--ubatch-size, 512)
+tokens. With more (--parallel N without --kv-unified, the server's default) each slot has its own KV stream
+and the batch is cut by `split_equal(n_ubatch, sequential=true)` (llama-batch.cpp, llama-kv-cache.cpp
+init_batch): a micro-batch holds only sequences (slots) with consecutive ids, the same number of tokens from
+each. Slots 0, 1 and 3 decoding are two passes, {0, 1} then {3}, where 0, 1 and 2 are one; a prompt beside
+decoding tokens is a pass of its own. Which slot a request gets decides it: get_available_slot takes the idle
+slot whose last prompt shares over 10% of the new one (Atlas's prompts share only their head, so prompts under
+60 tokens), else the one released longest ago, so slots rotate. Measured (2026-12-07, a closed loop of 64/64
+tokens, the median gap between tokens, `cpu-smollm2-llamacpp-threads2`): 3 streams decode in 23.8 ms steps
+(q8_0) on 3 slots and 28.3 on 4, 21.5 and 34.6 (f16); on 4 slots 3 streams are slower than 4 (q8_0 28.3 against
+23.6 ms), which only the split explains. Held out, it took TPOT error from 10.3% to 6.9% (`-ladder`), 11.1% to
+8.6% (`-threads2`), 10.4% to 9.2% (`-threads1`) and 10.4% to 9.2% (`-open`); the capacity recording's held-out
+capacity error went from 16.9% to 22.4% (README, Simulator). A spec that passes --kv-unified in
+extra_engine_args (one stream: no split) is not seen here; its steps are priced as split.
 
 A micro-batch of one token is multiplied by ggml's matrix-vector kernels; two or more go to its matrix-matrix
 path (llamafile_sgemm declines n < 2), which costs more than a second token's arithmetic: a bare llama-server
@@ -30,11 +43,12 @@ width, which the probe does not record. Not landed."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
 from atlas.engines.llamacpp.knobs import LlamaCppKnobs
 from atlas.simulator.features import Efficiencies, StepCosts
-from atlas.simulator.scheduler import ChunkedScheduler, Step
+from atlas.simulator.scheduler import ChunkedScheduler, SimSeq, Step
 
 N_BATCH, N_UBATCH = 2048, 512  # llama.cpp's defaults (common.h: n_batch, n_ubatch)
 # The idle server's loop wakes on the first task posted and runs update_slots with it alone; the other requests
@@ -42,11 +56,46 @@ N_BATCH, N_UBATCH = 2048, 512  # llama.cpp's defaults (common.h: n_batch, n_ubat
 # Modelled as arrivals 0.1 ms apart; on the recorded llama.cpp sweep it cut the held-out TPOT error from 16.3% to
 # 14.0% and TTFT from 12.2% to 10.9% (on vLLM-CPU's recordings the same gap fitted worse, so vLLM keeps none).
 ARRIVAL_GAP_S = 1e-4
+# get_available_slot first looks for an idle slot whose last prompt shares more than --slot-prompt-similarity
+# (0.1 by default) of the new prompt: Atlas's prompts share only the load generator's head ("Continue this list of
+# words: ", 6 tokens in SmolLM2's tokenizer; the server's log says f_sim 0.094-0.109 for 64-token prompts), so a
+# prompt under 60 tokens goes to the first idle slot that has served one, a longer one to the least recently used
+SLOT_PROMPT_SIMILARITY, PROMPT_HEAD_TOKENS = 0.1, 6
+
+
+def micro_batches(decode: list[int], prefill: list[tuple[int, int]], ubatch: int) -> list[int]:
+    """The token counts of the micro-batches llama_decode runs for one batch with a KV stream per slot (the
+    server's default, `kv_unified = false`, with --parallel above 1): `split_equal(n_ubatch, sequential=true)`
+    in llama-batch.cpp, called until every token is placed. The batch holds each generating slot's token in
+    slot order, then the prompt tokens of each slot processing one, in slot order (`update_slots`). A
+    micro-batch takes sequences whose ids rise by one from the first unplaced token's, in batch order (a gap
+    in the slot ids ends it), and the same number of tokens from each: the fewest any of them has left, at most
+    n_ubatch / sequences. So slots 0, 1 and 3 decoding run two passes over the weights ({0, 1}, then {3}),
+    and a prompt beside decoding tokens gives up one token to the first."""
+    order = [(slot, 1) for slot in sorted(decode)] + sorted(prefill)
+    left = dict(order)
+    sizes = []
+    while any(left.values()):
+        chosen: list[int] = []
+        for slot, _ in order:
+            if left[slot] and (not chosen or slot == chosen[-1] + 1):
+                chosen.append(slot)
+        k = max(1, min(min(left[c] for c in chosen), ubatch // len(chosen)))
+        for c in chosen:
+            left[c] -= k
+        sizes.append(k * len(chosen))
+    return sizes
 
 
 @dataclass
 class SlotScheduler(ChunkedScheduler):
     ubatch: int = N_UBATCH
+    # which slot (and so which KV stream, the sequence id) each running request holds: get_available_slot gives
+    # a new request the idle slot released longest ago (never used first; a tie goes to the highest id)
+    _holder: dict[int, SimSeq] = field(default_factory=dict)  # slot -> the request in it
+    _slot_of: dict[int, int] = field(default_factory=dict)  # id(request) -> slot
+    _released: dict[int, int] = field(default_factory=dict)  # slot -> when it was released (absent: never)
+    _clock: int = 0
 
     @classmethod
     def of(cls, server: LlamaCppKnobs) -> SlotScheduler:
@@ -54,11 +103,35 @@ class SlotScheduler(ChunkedScheduler):
         return cls(slots=server.max_num_seqs, budget=batch, chunked=True, kv_capacity_tokens=None, preempt=False,
                    ubatch=min(server.n_ubatch or N_UBATCH, batch), arrival_gap_s=ARRIVAL_GAP_S)
 
+    def plan(self, running: list[SimSeq], waiting: deque[SimSeq]) -> Step:
+        alive = {id(s) for s in running}
+        for slot in sorted(k for k, s in self._holder.items() if id(s) not in alive):  # released in slot order
+            self._clock += 1
+            self._released[slot] = self._clock
+            del self._slot_of[id(self._holder.pop(slot))]
+        step = super().plan(running, waiting)
+        for s in running:
+            if id(s) not in self._slot_of:
+                free = [k for k in range(self.slots) if k not in self._holder]
+                used = [k for k in free if k in self._released]  # idle slots still holding their last prompt
+                if used and PROMPT_HEAD_TOKENS / max(1, s.prompt) > SLOT_PROMPT_SIMILARITY:
+                    slot = min(used)  # every such slot shares the same head: the first wins
+                else:
+                    slot = min(free, key=lambda k: (self._released.get(k, -1), -k))
+                self._holder[slot], self._slot_of[id(s)] = s, slot
+        return step
+
+    def micro_batches(self, step: Step) -> list[int]:
+        if self.slots == 1:  # one KV stream: split_simple, n_ubatch tokens at a time
+            return [min(self.ubatch, step.tokens - i) for i in range(0, step.tokens, self.ubatch)]
+        return micro_batches([self._slot_of[id(s)] for s in step.decode],
+                             [(self._slot_of[id(s)], k) for s, k in step.prefill], self.ubatch)
+
     def step_s(self, costs: StepCosts, eff: Efficiencies, step: Step) -> float:
-        passes = max(1, -(-step.tokens // self.ubatch))
-        multi = step.tokens // self.ubatch + (step.tokens % self.ubatch >= 2)  # micro-batches of two or more tokens
+        sizes = self.micro_batches(step)
+        multi = sum(1 for n in sizes if n >= 2)  # micro-batches of two or more tokens: the GEMM path
         weights = costs.weight_bytes / (costs.bandwidth_b_s * eff.bw_eff)
         gemm_pass = costs.weight_bytes / costs.bandwidth_b_s  # at the roofline: bw_eff is the matrix-vector kernel's
-        return passes * (eff.overhead_s + weights) + multi * eff.multi_pass * gemm_pass + eff.sample_s * step.sampled + (
-            step.ctx_tokens * costs.kv_bytes_per_token / (costs.bandwidth_b_s * eff.bw_eff)
+        return len(sizes) * (eff.overhead_s + weights) + multi * eff.multi_pass * gemm_pass + (
+            eff.sample_s * step.sampled + step.ctx_tokens * costs.kv_bytes_per_token / (costs.bandwidth_b_s * eff.bw_eff)
             + costs.flops_per_token * step.tokens / (costs.peak_flop_s * eff.compute_eff))
