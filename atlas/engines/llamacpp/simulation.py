@@ -96,6 +96,7 @@ class SlotScheduler(ChunkedScheduler):
     _slot_of: dict[int, int] = field(default_factory=dict)  # id(request) -> slot
     _released: dict[int, int] = field(default_factory=dict)  # slot -> when it was released (absent: never)
     _clock: int = 0
+    _splits: dict[tuple, list[int]] = field(default_factory=dict)  # type: ignore[type-arg]
 
     @classmethod
     def of(cls, server: LlamaCppKnobs) -> SlotScheduler:
@@ -104,28 +105,34 @@ class SlotScheduler(ChunkedScheduler):
                    ubatch=min(server.n_ubatch or N_UBATCH, batch), arrival_gap_s=ARRIVAL_GAP_S)
 
     def plan(self, running: list[SimSeq], waiting: deque[SimSeq]) -> Step:
-        alive = {id(s) for s in running}
-        for slot in sorted(k for k, s in self._holder.items() if id(s) not in alive):  # released in slot order
-            self._clock += 1
-            self._released[slot] = self._clock
-            del self._slot_of[id(self._holder.pop(slot))]
+        # between plans `running` only loses the requests that finished; plan() appends the ones it admits
+        if len(running) < len(self._holder):
+            alive = {id(s) for s in running}
+            for slot in sorted(k for k, s in self._holder.items() if id(s) not in alive):  # released in slot order
+                self._clock += 1
+                self._released[slot] = self._clock
+                del self._slot_of[id(self._holder.pop(slot))]
+        before = len(running)
         step = super().plan(running, waiting)
-        for s in running:
-            if id(s) not in self._slot_of:
-                free = [k for k in range(self.slots) if k not in self._holder]
-                used = [k for k in free if k in self._released]  # idle slots still holding their last prompt
-                if used and PROMPT_HEAD_TOKENS / max(1, s.prompt) > SLOT_PROMPT_SIMILARITY:
-                    slot = min(used)  # every such slot shares the same head: the first wins
-                else:
-                    slot = min(free, key=lambda k: (self._released.get(k, -1), -k))
-                self._holder[slot], self._slot_of[id(s)] = s, slot
+        for s in running[before:]:
+            free = [k for k in range(self.slots) if k not in self._holder]
+            used = [k for k in free if k in self._released]  # idle slots still holding their last prompt
+            if used and PROMPT_HEAD_TOKENS / max(1, s.prompt) > SLOT_PROMPT_SIMILARITY:
+                slot = min(used)  # every such slot shares the same head: the first wins
+            else:
+                slot = min(free, key=lambda k: (self._released.get(k, -1), -k))
+            self._holder[slot], self._slot_of[id(s)] = s, slot
         return step
 
     def micro_batches(self, step: Step) -> list[int]:
         if self.slots == 1:  # one KV stream: split_simple, n_ubatch tokens at a time
             return [min(self.ubatch, step.tokens - i) for i in range(0, step.tokens, self.ubatch)]
-        return micro_batches([self._slot_of[id(s)] for s in step.decode],
-                             [(self._slot_of[id(s)], k) for s, k in step.prefill], self.ubatch)
+        key = (tuple(self._slot_of[id(s)] for s in step.decode),
+               tuple((self._slot_of[id(s)], k) for s, k in step.prefill))
+        sizes = self._splits.get(key)
+        if sizes is None:  # a simulation repeats a handful of slot patterns thousands of times
+            sizes = self._splits[key] = micro_batches(list(key[0]), list(key[1]), self.ubatch)
+        return sizes
 
     def step_s(self, costs: StepCosts, eff: Efficiencies, step: Step) -> float:
         sizes = self.micro_batches(step)
