@@ -143,7 +143,9 @@ def simulate(costs: StepCosts, eff: Efficiencies, server: ServerKnobs, point: Lo
             done += 1
             if closed:
                 if next_index < n:
-                    new_request(t)
+                    # sent on the last token; where the engine's loop takes the next step at once (llama-server:
+                    # arrival_gap_s > 0) the request, still being read and tokenized, waits for the one after
+                    new_request(t + sched.arrival_gap_s)
                 elif drain is None:
                     drain = t
         if done >= n:

