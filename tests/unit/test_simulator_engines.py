@@ -167,7 +167,6 @@ def test_llama_decoding_slots_with_a_gap_cost_a_second_pass_over_the_weights():
     assert tpot[4] > 1.05 * tpot[3]
 
 
-
 def test_a_closed_loops_next_request_waits_for_the_llama_step_that_starts_when_it_is_sent():
     """Two streams of equal requests on a two-slot llama-server finish a step apart. The first one's next request,
     sent on its last token, misses the step the server starts at once for the other's last token, so its prompt is
@@ -189,6 +188,7 @@ def test_a_closed_loops_next_request_waits_for_the_llama_step_that_starts_when_i
         assert first.token_times_s[1] - first.token_times_s[0] > 0.8 * prompt_alone
     assert SlotScheduler.of(server).arrival_gap_s > 0
     assert adapter("vllm").scheduler(VllmKnobs(), 1024, None).arrival_gap_s == 0
+
 
 def test_conformal_half_width_takes_the_right_rank():
     errs = [math.log(1 + i / 100) for i in range(1, 20)]  # 1% .. 19%
