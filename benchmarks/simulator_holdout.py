@@ -57,14 +57,15 @@ def model_facts(folder: Path) -> tuple[ModelSpec | None, str]:
     return None, "none"
 
 
-def split(measured: list[RunResult], unit: str = "configs") -> tuple[list[RunResult], list[RunResult]]:
+def split(measured: list[RunResult], unit: str = "configs", fold: int = 0) -> tuple[list[RunResult], list[RunResult]]:
     """configs: every third server config of each numerics held out; numerics: every third numerics of each
-    engine held out whole (never measured: predicted from the engine's other numerics)."""
+    engine held out whole (never measured: predicted from the engine's other numerics). `fold` 0, 1 or 2: which
+    third (the one starting at the first, second or third in sorted order)."""
     if unit == "numerics":
         by_engine: dict[str, set[tuple[str, str, str]]] = {}
         for r in measured:
             by_engine.setdefault(r.config.engine, set()).add(numerics_of(r))
-        gone = {(e, n) for e, ns in by_engine.items() if len(ns) > 1 for n in sorted(ns)[::3]}
+        gone = {(e, n) for e, ns in by_engine.items() if len(ns) > 1 for n in sorted(ns)[fold::3]}
         return ([r for r in measured if (r.config.engine, numerics_of(r)) not in gone],
                 [r for r in measured if (r.config.engine, numerics_of(r)) in gone])
     by_group: dict[tuple, list[RunResult]] = {}
@@ -73,7 +74,7 @@ def split(measured: list[RunResult], unit: str = "configs") -> tuple[list[RunRes
     train, test = [], []
     for rs in by_group.values():
         keys = sorted({r.config.server_key() for r in rs})
-        held = set(keys[::3]) if len(keys) > 1 else set()
+        held = set(keys[fold::3]) if len(keys) > 1 else set()
         train += [r for r in rs if r.config.server_key() not in held]
         test += [r for r in rs if r.config.server_key() in held]
     return train, test
@@ -127,18 +128,19 @@ def capacity_row(folder: Path, art: CalibrationArtifact, model: ModelSpec | None
     return row
 
 
-def evaluate(folder: Path, verbose: bool, unit: str = "configs") -> tuple[list[tuple[str, dict]], dict | None]:  # type: ignore[type-arg]
+def evaluate(folder: Path, verbose: bool, unit: str = "configs", fold: int = 0) -> tuple[list[tuple[str, dict]], dict | None]:  # type: ignore[type-arg]
     """The held-out rows of one recording (one per workload kind) and its capacity row (None: no searches)."""
     model, source = model_facts(folder)
     results = load_results(folder)[0]
     measured = [r for r in results if r.source == "measured" and r.status in ("ok", "quality_failed")]
     invalid = [r for r in results if r.source == "measured" and r.status == "invalid"]
-    train, test = split(measured, unit)
-    print(f"\n{folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder}: {len(measured)} ok points"
+    train, test = split(measured, unit, fold)
+    print(f"\n{folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder}"
+          f"{f' (fold {fold + 1} of 3)' if fold else ''}: {len(measured)} ok points"
           f"{f' ({len(invalid)} invalid, not used)' if invalid else ''}; fitting on {len(train)}, holding out "
           f"{len(test)} ({len({r.config.server_key() for r in test})} server configs, "
           f"{len({numerics_of(r) for r in test})} numerics); model facts from {source}")
-    floor = repeatability(measured)
+    floor = repeatability(measured) if fold == 0 else None
     if floor:
         print("  repeatability (identical work on two servers, c=1): " + ", ".join(
             f"{k} {v * 100:.1f}%" for k, v in floor.items()) + "; a perfect model would err about 0.71x this")
@@ -188,6 +190,22 @@ def fmt(row: dict) -> list[str]:  # type: ignore[type-arg]
     return out
 
 
+def _pool(into: list[tuple[str, dict]], name: str, row: dict) -> None:  # type: ignore[type-arg]
+    """Adds `row` to the row of the same name (another fold's held-out points of the same recording)."""
+    for other_name, other in into:
+        if other_name == name:
+            for k, v in row.items():
+                if isinstance(v, dict):
+                    for kk, vv in v.items():
+                        other[k][kk] += vv
+                elif isinstance(v, set):
+                    other[k] |= v
+                else:
+                    other[k] += v
+            return
+    into.append((name, row))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("recordings", nargs="*", type=Path, help="results folders (default: each in benchmarks/data/)")
@@ -195,15 +213,21 @@ def main() -> None:
     ap.add_argument("--hold-out", choices=("configs", "numerics"), default="configs",
                     help="what is held out: a third of each numerics' server configs (default), or a third of "
                          "each engine's numerics whole (predictions for numerics never measured)")
+    ap.add_argument("--folds", type=int, choices=(1, 3), default=1,
+                    help="3: hold out each third in turn and pool every held-out prediction (three times the "
+                         "held-out points, and the time; a change's effect then stands out of one split's luck)")
     args = ap.parse_args()
     folders = args.recordings or sorted(p for p in (ROOT / "benchmarks" / "data").iterdir()
                                         if p.is_dir() and any(p.glob("sweep-spec*.yaml")))
-    table, capacity = [], []
+    table: list[tuple[str, dict]] = []  # type: ignore[type-arg]
+    capacity: list[tuple[str, dict]] = []  # type: ignore[type-arg]
     for f in folders:
-        rows, cap = evaluate(f.resolve(), args.verbose, args.hold_out)
-        table += rows
-        if cap is not None:
-            capacity.append((f.name, cap))
+        for fold in range(args.folds):
+            rows, cap = evaluate(f.resolve(), args.verbose, args.hold_out, fold)
+            for name, row in rows:
+                _pool(table, name, row)
+            if cap is not None:
+                _pool(capacity, f.name, cap)
     print("\nheld-out mean absolute % error (✗: over the target), interval coverage, predictions below the roofline:")
     head = ["recording [workload]", *HEAD, "80% covers", "95% covers", "< roofline"]
     print("| " + " | ".join(head) + " |")
