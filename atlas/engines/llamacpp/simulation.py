@@ -39,7 +39,18 @@ ggml's generic dot products. Charging Q8_0's compute per tile of two tokens was 
 moved down a point on the ladder and capacity recordings (10.3 -> 9.3%, 13.8 -> 12.7%), TTFT and E2E up 1-3.4 points
 on the open-loop ones (capacity error 16.9 -> 19.3%), numerics never measured better on the ladder (TPOT 9.4 ->
 7.4%) and streams recordings: a wash within the fit's own 2-point jitter, and the tile depends on the build's SIMD
-width, which the probe does not record. Not landed."""
+width, which the probe does not record. Not landed.
+
+Nor which kernel each tensor goes to. On an AVX2 build llama-server repacks Q4_0 tensors (also Q4_K and IQ4_NL)
+when it loads them (CPU_REPACK: 56 of SmolLM2 q4_0's 86 MiB; repack.cpp): a repacked matrix multiplies groups of
+4 tokens with its GEMM and the rest one token at a time with its GEMV, chunk by chunk with the chunk still in
+cache, so it has no costlier path to switch to at 2 tokens; only the Q8_0 embedding that SmolLM2 shares with its
+output layer goes through tinyBLAS there. The records agree: a second decoding stream adds 8.4 ms to q8_0's
+7.5 ms step and 4.3 ms to q4_0's 5.8 (`-ladder`). Charging `multi_pass` on the bytes of the tensors tinyBLAS
+takes (F16, Q8_0, Q5_0 and unrepacked Q4_0; from the files' tensor types: q8_0 and f16 all of them, q6_k 84%,
+q4_k_m 83%, q3_k_m 43%, q2_k 35%, q4_0 34%) was tried (2026-12-07, held out): capacity recording TPOT 15.2 ->
+11.9%, `-p99` 11.3 -> 8.7% (TTFT p50 8.9 -> 3.2%), but `-open` 9.2 -> 11.4%, the grid 12.2 -> 12.6%, one core 5.8 ->
+6.2%, capacity error 22.4 -> 20.8% with neither interval meeting its bracket (1 of 2 before). A wash; not landed."""
 
 from __future__ import annotations
 
