@@ -33,7 +33,12 @@ class LlamaKV(StrEnum):
 
 # Q8_0, Q6_K and Q4_0 from their block layouts in ggml-common.h (34 bytes per 32 weights, 210 / 256, 18 / 32);
 # the mixes Q4_K_M, Q3_K_M and Q2_K (which keep some tensors at higher precision) from the file sizes
-# llama.cpp's quantize tool lists for Llama-3-8B (4.58, 3.74, 2.96 GiB over 8.03e9 weights).
+# llama.cpp's quantize tool lists for Llama-3-8B (4.58, 3.74, 2.96 GiB over 8.03e9 weights). A model whose rows
+# are no multiple of a K-quant block (256 weights) gets fallback types instead: SmolLM2-135M's rows are 576 wide,
+# so its files hold per weight f16 2.01, q8_0 1.07, q6_k 1.03, q4_k_m 0.78, q4_0 0.68, q3_k_m 0.69 and q2_k 0.65
+# bytes (the files' sizes; mostly Q8_0, Q5_0 and Q4_0 tensors, and a Q8_0 embedding shared with the output layer).
+# The simulator fits each measured weight type's bandwidth efficiency, which absorbs the difference; pricing each
+# point at its file's size instead was tried (2026-12-07) and not landed (README, Simulator).
 BYTES_PER_WEIGHT: dict[GgufType, float] = {
     GgufType.F16: 2.0, GgufType.Q8_0: 34 / 32, GgufType.Q6_K: 210 / 256, GgufType.Q4_K_M: 4.90 / 8,
     GgufType.Q4_0: 18 / 32, GgufType.Q3_K_M: 4.00 / 8, GgufType.Q2_K: 3.17 / 8,
