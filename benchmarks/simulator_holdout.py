@@ -10,6 +10,7 @@ the predicted interval meets the measured bracket [highest rate that passed, low
     .venv/bin/python benchmarks/simulator_holdout.py                 # every recording in benchmarks/data/
     .venv/bin/python benchmarks/simulator_holdout.py benchmarks/data/cpu-smollm2-llamacpp -v
     .venv/bin/python benchmarks/simulator_holdout.py --hold-out numerics   # numerics never measured
+    .venv/bin/python benchmarks/simulator_holdout.py --folds 3   # each third held out in turn, pooled (3x the time)
 
 A recording is a results folder with the sweep-spec*.yaml its sweep wrote; the model's facts (parameters,
 layers, KV heads) come from that spec, or from a spec in configs/ for the same model where the recording's
@@ -128,7 +129,7 @@ def capacity_row(folder: Path, art: CalibrationArtifact, model: ModelSpec | None
     return row
 
 
-def evaluate(folder: Path, verbose: bool, unit: str = "configs", fold: int = 0) -> tuple[list[tuple[str, dict]], dict | None]:  # type: ignore[type-arg]
+def evaluate(folder: Path, verbose: bool, unit: str = "configs", fold: int = 0, folds: int = 1) -> tuple[list[tuple[str, dict]], dict | None]:  # type: ignore[type-arg]
     """The held-out rows of one recording (one per workload kind) and its capacity row (None: no searches)."""
     model, source = model_facts(folder)
     results = load_results(folder)[0]
@@ -136,7 +137,7 @@ def evaluate(folder: Path, verbose: bool, unit: str = "configs", fold: int = 0) 
     invalid = [r for r in results if r.source == "measured" and r.status == "invalid"]
     train, test = split(measured, unit, fold)
     print(f"\n{folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder}"
-          f"{f' (fold {fold + 1} of 3)' if fold else ''}: {len(measured)} ok points"
+          f"{f' (fold {fold + 1} of {folds})' if folds > 1 else ''}: {len(measured)} ok points"
           f"{f' ({len(invalid)} invalid, not used)' if invalid else ''}; fitting on {len(train)}, holding out "
           f"{len(test)} ({len({r.config.server_key() for r in test})} server configs, "
           f"{len({numerics_of(r) for r in test})} numerics); model facts from {source}")
@@ -223,7 +224,7 @@ def main() -> None:
     capacity: list[tuple[str, dict]] = []  # type: ignore[type-arg]
     for f in folders:
         for fold in range(args.folds):
-            rows, cap = evaluate(f.resolve(), args.verbose, args.hold_out, fold)
+            rows, cap = evaluate(f.resolve(), args.verbose, args.hold_out, fold, args.folds)
             for name, row in rows:
                 _pool(table, name, row)
             if cap is not None:
