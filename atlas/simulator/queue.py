@@ -143,8 +143,8 @@ def simulate(costs: StepCosts, eff: Efficiencies, server: ServerKnobs, point: Lo
             done += 1
             if closed:
                 if next_index < n:
-                    # sent on the last token; where the engine's loop takes the next step at once (llama-server:
-                    # arrival_gap_s > 0) the request, still being read and tokenized, waits for the one after
+                    # sent on the last token; where the engine's loop takes the next step at once (llama-server,
+                    # vLLM: arrival_gap_s > 0) the request, still being read and tokenized, waits for the one after
                     new_request(t + sched.arrival_gap_s)
                 elif drain is None:
                     drain = t

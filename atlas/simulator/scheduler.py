@@ -162,10 +162,11 @@ class ChunkedScheduler:
 
 
 def budget_scheduler(server: object, max_model_len: int, kv_capacity_tokens: int | None,
-                     default_budget: int) -> ChunkedScheduler:
+                     default_budget: int, arrival_gap_s: float = 0.0) -> ChunkedScheduler:
     """vLLM V1's (and SGLang's, and the mock's) batching: `default_budget` tokens per step with chunked prefill,
     a whole prompt per step without it; out of KV blocks the newest running request is preempted."""
     chunked = server.chunked_prefill is not False  # type: ignore[attr-defined]
     budget = server.batch_tokens or (default_budget if chunked else max_model_len)  # type: ignore[attr-defined]
     return ChunkedScheduler(slots=server.slots, budget=max(1, budget), chunked=chunked,  # type: ignore[attr-defined]
-                            kv_capacity_tokens=kv_capacity_tokens, block_tokens=16, preempt=True)
+                            kv_capacity_tokens=kv_capacity_tokens, block_tokens=16, preempt=True,
+                            arrival_gap_s=arrival_gap_s)

@@ -173,7 +173,7 @@ def test_a_closed_loops_next_request_waits_for_the_llama_step_that_starts_when_i
     processed alone after it; the other's next request arrives during that prompt and waits for it. The streams
     stay locked: each round one request's first token takes about one prompt and the other's about two, and the
     first request's second token comes a prompt after its first (recorded: q8_0, 3 slots, 2 streams, TTFTs
-    alternating ~160 and ~300-440 ms). vLLM's scheduler keeps no such gap: its next request joins the next step."""
+    alternating ~160 and ~300-440 ms)."""
     server = LlamaCppKnobs(max_num_seqs=2)
     costs = step_costs(SMALL, server, get_gpu("cpu"))
     eff = Efficiencies(0.0005, 0.4, 0.05, 0.001, multi_pass=0.5)
@@ -187,7 +187,29 @@ def test_a_closed_loops_next_request_waits_for_the_llama_step_that_starts_when_i
         assert first.first_token_s - first.sent_s < 1.3 * prompt_alone
         assert first.token_times_s[1] - first.token_times_s[0] > 0.8 * prompt_alone
     assert SlotScheduler.of(server).arrival_gap_s > 0
-    assert adapter("vllm").scheduler(VllmKnobs(), 1024, None).arrival_gap_s == 0
+
+
+def test_vllms_first_closed_loop_prompt_runs_alone_and_the_streams_stay_a_step_apart():
+    """vLLM V1's idle engine core wakes on the first request and steps with it alone; the loop's other requests
+    join the next step, and a next request sent on its predecessor's last token misses the step already running.
+    Recorded (cpu-smollm2, bfloat16, 4 seqs, 4 streams of 62-token prompts, 16 tokens): first tokens at 1.79 s and
+    6.87 s (the other three prompts in one step, with the first request's second token); every later round again
+    one prompt alone and three together, so one request a round carries the three-prompt step in its TPOT."""
+    server = VllmKnobs(max_num_seqs=4)
+    costs = step_costs(SMALL, server, get_gpu("cpu"))
+    eff = Efficiencies(0.001, 0.1, 0.02, 0.001)
+    run = simulate(costs, eff, server, lp(4, prompt_tokens=64, output_tokens=16, num_requests=16), max_model_len=1024)
+    firsts = sorted(r.first_token_s for r in run.records)
+    one = firsts[0]
+    assert firsts[1] == firsts[2] == firsts[3] > 2 * one  # three prompts after the first, in one step
+    (alone,) = [r for r in run.records if r.first_token_s == one]
+    assert alone.token_times_s[1] == firsts[1]  # its second token comes with the other three's first
+    tpot = sorted((r.token_times_s[-1] - r.token_times_s[0]) / 15 for r in run.records)
+    for later in range(4, 16, 4):  # each later round: one request carries the others' prompts in its TPOT
+        rnd = sorted(run.records, key=lambda r: r.sent_s)[later:later + 4]
+        assert len({r.first_token_s for r in rnd}) == 2
+    assert tpot[-1] > 1.2 * tpot[0]
+    assert adapter("vllm").scheduler(VllmKnobs(), 1024, None).arrival_gap_s > 0
 
 
 def test_conformal_half_width_takes_the_right_rank():

@@ -65,7 +65,7 @@ N_BATCH, N_UBATCH = 2048, 512  # llama.cpp's defaults (common.h: n_batch, n_ubat
 # The idle server's loop wakes on the first task posted and runs update_slots with it alone; the other requests
 # of a closed loop (each on its own connection, parsed and tokenized on an HTTP thread) join the next iteration.
 # Modelled as arrivals 0.1 ms apart; on the recorded llama.cpp sweep it cut the held-out TPOT error from 16.3% to
-# 14.0% and TTFT from 12.2% to 10.9% (on vLLM-CPU's recordings the same gap fitted worse, so vLLM keeps none).
+# 14.0% and TTFT from 12.2% to 10.9% (vLLM's engine core does the same: atlas.engines.vllm.adapter).
 # The same holds for every later request of a closed loop: sent when its predecessor's last token arrives, it is
 # still being read when the loop starts its next iteration (at once, for the slots still decoding), so it waits
 # for the one after. Streams that finish a step apart then stay locked: the first's prompt is processed alone, the

@@ -19,6 +19,20 @@ if TYPE_CHECKING:
     from atlas.simulator.scheduler import ChunkedScheduler
 
 
+# vLLM V1's engine core (vllm/v1/engine/core.py, EngineCoreProc.run_busy_loop and _process_input_queue; 0.32),
+# idle, blocks on its input queue: the first request wakes it, it takes what is queued at that instant and steps.
+# The other requests of a closed loop, sent a millisecond later and still in the API server (parsed, tokenized,
+# sent over ZMQ), join the next step; a closed loop's next request, sent on its predecessor's last token, reaches
+# the core during the step the core started at once for the streams still decoding, and waits for the one after.
+# Recorded (benchmarks/data/cpu-smollm2, every point with two or more streams): the first request's prompt is
+# processed alone (bfloat16, 4 seqs, 4 streams: first tokens at 1.79 s, then 6.87 s for the other three), and
+# the streams stay a step apart, so every later prompt lands inside some running request's TPOT. Held out over
+# three folds (2026-12-08), modelling it took that recording's TPOT p50 error from 15.4% to 11.8% and the shared-
+# prefix workload's TTFT p50 from 22.1% to 10.2% (at a14c919, 2026-12-04, the first arrivals' gap alone, judged on
+# one split, had fitted worse, and vLLM kept none).
+ARRIVAL_GAP_S = 1e-4
+
+
 class VllmAdapter:
     kind = "vllm"
     knobs = VllmKnobs
@@ -103,7 +117,8 @@ class VllmAdapter:
     def scheduler(self, server: Any, max_model_len: int, kv_capacity_tokens: int | None) -> ChunkedScheduler:
         from atlas.simulator.scheduler import budget_scheduler
 
-        return budget_scheduler(server, max_model_len, kv_capacity_tokens, 2048)  # V1's default token budget
+        # V1's default token budget
+        return budget_scheduler(server, max_model_len, kv_capacity_tokens, 2048, arrival_gap_s=ARRIVAL_GAP_S)
 
     def audit(self, result: Any) -> str | None:
         return None
