@@ -9,7 +9,7 @@ from atlas.metrics import summarize_load
 from atlas.plan import expand
 from atlas.results import RunResult
 from atlas.simulator.features import Efficiencies, SimulatorError, step_costs
-from atlas.simulator.fit import fit, load, save
+from atlas.simulator.fit import _log_errors, fit, load, save
 from atlas.simulator.predict import predict_config, predict_spec
 from atlas.simulator.queue import simulate
 
@@ -140,3 +140,27 @@ def test_kv_memory_model_limits_concurrency():
     costs = step_costs(MODEL, server, get_gpu("h100"))
     tight = summarize_load(simulate(costs, EFF, server, lp(64), max_model_len=4096, kv_capacity_tokens=1600))
     assert tight.output_tok_s < few.output_tok_s / 2  # only ~10 of the 64 requests fit at once: the rest wait
+
+
+def test_leave_one_out_is_a_fit_that_never_saw_the_held_out_config():
+    """The intervals come from leave-one-config-out errors; a refit started at the full fit's solution (which has
+    seen the held-out config) stays near it on a flat objective, and the errors then read smaller than a new
+    config's. Each refit must be the fit the other configs alone give. Here one config runs 40% slower than the
+    others' efficiencies say (a server on a worse moment), as recorded servers do."""
+    _, measured = _measured_from_simulation(EFF)
+    slow = Efficiencies(EFF.overhead_s * 1.4, EFF.bw_eff / 1.4, EFF.compute_eff / 1.4)
+    odd = measured[-1].config.server_key()
+    for i, r in enumerate(measured):
+        if r.config.server_key() == odd:
+            costs = step_costs(MODEL, r.config.server, get_gpu("h100"))
+            m = summarize_load(simulate(costs, slow, r.config.server, r.config.load, max_model_len=4096))
+            measured[i] = r.model_copy(update={"metrics": m})
+    (g,) = fit(measured, "syn").groups
+    expected: dict[str, list[float]] = {}
+    for key in {r.config.server_key() for r in measured}:
+        (alone,) = fit([r for r in measured if r.config.server_key() != key], "syn", cross_validate=False).groups
+        for r in (r for r in measured if r.config.server_key() == key):
+            for name, errs in _log_errors([(r, MODEL)], alone.efficiencies()).items():
+                expected.setdefault(name, []).extend(errs)
+    for name in ("tpot_p50_ms", "output_tok_s", "ttft_p50_ms"):
+        assert sorted(g.loco_log_errors[name]) == pytest.approx(sorted(expected[name]), abs=1e-4)
