@@ -50,7 +50,9 @@ output layer goes through tinyBLAS there. The records agree: a second decoding s
 takes (F16, Q8_0, Q5_0 and unrepacked Q4_0; from the files' tensor types: q8_0 and f16 all of them, q6_k 84%,
 q4_k_m 83%, q3_k_m 43%, q2_k 35%, q4_0 34%) was tried (2026-12-07, held out): capacity recording TPOT 15.2 ->
 11.9%, `-p99` 11.3 -> 8.7% (TTFT p50 8.9 -> 3.2%), but `-open` 9.2 -> 11.4%, the grid 12.2 -> 12.6%, one core 5.8 ->
-6.2%, capacity error 22.4 -> 20.8% with neither interval meeting its bracket (1 of 2 before). A wash; not landed."""
+6.2%, capacity error 22.4 -> 20.8% with neither interval meeting its bracket (1 of 2 before). A wash; not landed.
+Rerun over three folds (2026-12-08): capacity and ladder recordings better, `-open` and `-p99` TTFT worse; still a
+wash (README, Simulator)."""
 
 from __future__ import annotations
 
